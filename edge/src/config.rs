@@ -1,0 +1,734 @@
+//! The edge's YAML configuration, parsed once into typed [`Settings`]. Unknown keys are
+//! errors, and every error names the file and the field (`routes[2].secrets: …`).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::{HeaderName, StatusCode};
+use serde::Deserialize;
+
+use crate::verify::{self, Digest, Encoding, HmacSpec, Provider, Scheme, Verifier};
+
+/// Validated settings, ready to use.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub pop: String,
+    pub listen: Vec<SocketAddr>,
+    pub admin_listen: SocketAddr,
+    pub listener: ListenerSettings,
+    pub tls: TlsSettings,
+    pub spool: SpoolSettings,
+    pub http: HttpSettings,
+    pub drain_grace: Duration,
+    pub shutdown_timeout: Duration,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ListenerSettings {
+    pub backlog: i32,
+    pub tcp_fastopen_queue: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct TlsSettings {
+    pub identity: Identity,
+    pub sni: Vec<SniCert>,
+    pub min_version: TlsVersion,
+    pub handshake_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub enum Identity {
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+    },
+    /// Generated at start, for a dev box only.
+    SelfSigned,
+}
+
+#[derive(Clone, Debug)]
+pub struct SniCert {
+    pub server_name: String,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    Tls12,
+    #[serde(rename = "1.3")]
+    Tls13,
+}
+
+#[derive(Clone, Debug)]
+pub struct SpoolSettings {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+    pub segment_bytes: u64,
+    pub max_batch_delay: Duration,
+    /// Fraction of `max_bytes` above which `/readyz` fails.
+    pub high_water: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub header_timeout: Duration,
+    pub h2_max_concurrent_streams: u32,
+}
+
+/// One webhook endpoint.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// Label for metrics, logs and spool records.
+    pub name: String,
+    pub path: String,
+    pub provider: Provider,
+    pub verifier: Verifier,
+    pub id_header: Option<HeaderName>,
+    pub max_body: u64,
+    pub ack_status: StatusCode,
+    pub dedupe_window: usize,
+}
+
+/// Every problem found in a config file.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    pub file: PathBuf,
+    pub errors: Vec<(String, String)>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (field, message)) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {field}: {message}", self.file.display())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
+    let fail = |field: &str, message: String| ConfigErrors {
+        file: path.to_owned(),
+        errors: vec![(field.to_owned(), message)],
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail("(file)", e.to_string()))?;
+    parse(&text).map_err(|errors| ConfigErrors {
+        file: path.to_owned(),
+        errors,
+    })
+}
+
+/// Parses and validates YAML text; errors are `(field path, message)` pairs.
+pub fn parse(text: &str) -> Result<Settings, Vec<(String, String)>> {
+    let deserializer = serde_yaml::Deserializer::from_str(text);
+    let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." {
+            "(top level)".to_owned()
+        } else {
+            field
+        };
+        vec![(field, e.into_inner().to_string())]
+    })?;
+    raw.validate()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    pop: String,
+    listen: Vec<SocketAddr>,
+    admin_listen: SocketAddr,
+    #[serde(default)]
+    listener: RawListener,
+    tls: RawTls,
+    spool: RawSpool,
+    #[serde(default)]
+    http: RawHttp,
+    #[serde(default = "default_drain_grace", with = "humantime_serde")]
+    drain_grace: Duration,
+    #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
+    shutdown_timeout: Duration,
+    routes: Vec<RawRoute>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    #[serde(default = "default_backlog")]
+    backlog: i32,
+    #[serde(default = "default_tfo_queue")]
+    tcp_fastopen_queue: u32,
+}
+
+impl Default for RawListener {
+    fn default() -> Self {
+        Self {
+            backlog: default_backlog(),
+            tcp_fastopen_queue: default_tfo_queue(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    #[serde(default)]
+    self_signed: bool,
+    #[serde(default = "default_min_version")]
+    min_version: TlsVersion,
+    #[serde(default)]
+    sni: Vec<RawSni>,
+    #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
+    handshake_timeout: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSni {
+    server_name: String,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpool {
+    dir: PathBuf,
+    #[serde(default = "default_max_bytes")]
+    max_bytes: bytesize::ByteSize,
+    #[serde(default = "default_segment_bytes")]
+    segment_bytes: bytesize::ByteSize,
+    #[serde(default = "default_batch_delay", with = "humantime_serde")]
+    max_batch_delay: Duration,
+    #[serde(default = "default_high_water")]
+    high_water: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    #[serde(default = "default_max_header_bytes")]
+    max_header_bytes: bytesize::ByteSize,
+    #[serde(default = "default_max_headers")]
+    max_headers: usize,
+    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    header_timeout: Duration,
+    #[serde(default = "default_h2_streams")]
+    h2_max_concurrent_streams: u32,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: default_max_header_bytes(),
+            max_headers: default_max_headers(),
+            header_timeout: default_header_timeout(),
+            h2_max_concurrent_streams: default_h2_streams(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    path: String,
+    name: Option<String>,
+    provider: Provider,
+    secrets: Vec<String>,
+    #[serde(default = "default_max_body")]
+    max_body: bytesize::ByteSize,
+    ack_status: Option<u16>,
+    #[serde(default = "default_tolerance", with = "humantime_serde")]
+    tolerance: Duration,
+    hmac: Option<RawHmac>,
+    #[serde(default = "default_dedupe_window")]
+    dedupe_window: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHmac {
+    header: String,
+    #[serde(default = "default_digest")]
+    algorithm: Digest,
+    #[serde(default = "default_encoding")]
+    encoding: Encoding,
+    #[serde(default)]
+    prefix: String,
+    id_header: Option<String>,
+}
+
+impl RawConfig {
+    fn validate(self) -> Result<Settings, Vec<(String, String)>> {
+        let mut errors = Vec::new();
+        let mut err = |field: String, message: &str| errors.push((field, message.to_owned()));
+
+        let pop_ok = !self.pop.is_empty()
+            && self.pop.len() <= 64
+            && self
+                .pop
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !pop_ok {
+            err("pop".into(), "must be 1-64 characters of [A-Za-z0-9-_.]");
+        }
+        if self.listen.is_empty() {
+            err("listen".into(), "must list at least one address");
+        }
+        if self.listener.backlog <= 0 {
+            err("listener.backlog".into(), "must be positive");
+        }
+
+        let identity = match (&self.tls.cert, &self.tls.key, self.tls.self_signed) {
+            (Some(cert), Some(key), false) => Some(Identity::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None, true) => Some(Identity::SelfSigned),
+            (_, _, true) => {
+                err(
+                    "tls.self_signed".into(),
+                    "cannot be combined with tls.cert/tls.key",
+                );
+                None
+            }
+            (None, _, false) => {
+                err(
+                    "tls.cert".into(),
+                    "required (or set tls.self_signed: true on a dev box)",
+                );
+                None
+            }
+            (Some(_), None, false) => {
+                err("tls.key".into(), "required with tls.cert");
+                None
+            }
+        };
+        if self.tls.handshake_timeout.is_zero() {
+            err("tls.handshake_timeout".into(), "must be greater than zero");
+        }
+
+        let spool = &self.spool;
+        if spool.segment_bytes.as_u64() < 1 << 20 {
+            err("spool.segment_bytes".into(), "must be at least 1MiB");
+        }
+        if spool.max_bytes.as_u64() < 2 * spool.segment_bytes.as_u64() {
+            err(
+                "spool.max_bytes".into(),
+                "must be at least twice spool.segment_bytes",
+            );
+        }
+        if !(0.1..=1.0).contains(&spool.high_water) {
+            err(
+                "spool.high_water".into(),
+                "must be a fraction between 0.1 and 1.0",
+            );
+        }
+        if self.http.max_header_bytes.as_u64() < 1024 {
+            err("http.max_header_bytes".into(), "must be at least 1KiB");
+        }
+        if self.http.max_headers == 0 {
+            err("http.max_headers".into(), "must be positive");
+        }
+
+        if self.routes.is_empty() {
+            err("routes".into(), "must list at least one route");
+        }
+        let mut paths = HashSet::new();
+        let mut names = HashSet::new();
+        let mut routes = Vec::new();
+        for (i, raw) in self.routes.into_iter().enumerate() {
+            let at = |field: &str| format!("routes[{i}].{field}");
+            if !raw.path.starts_with('/') || raw.path.contains('?') {
+                err(at("path"), "must start with / and have no query");
+            }
+            if !paths.insert(raw.path.clone()) {
+                err(at("path"), "duplicates an earlier route's path");
+            }
+            let name = raw
+                .name
+                .clone()
+                .unwrap_or_else(|| raw.path.trim_start_matches('/').replace('/', "_"));
+            if !names.insert(name.clone()) {
+                err(at("name"), "duplicates an earlier route's name");
+            }
+            if raw.secrets.is_empty() {
+                err(at("secrets"), "must not be empty");
+            }
+            let mut keys = Vec::new();
+            for (j, secret) in raw.secrets.iter().enumerate() {
+                if secret.is_empty() {
+                    err(format!("routes[{i}].secrets[{j}]"), "must not be empty");
+                } else if raw.provider == Provider::Standard {
+                    match verify::decode_standard_secret(secret) {
+                        Some(key) => keys.push(key),
+                        None => err(
+                            format!("routes[{i}].secrets[{j}]"),
+                            "must be whsec_ followed by base64",
+                        ),
+                    }
+                } else {
+                    keys.push(secret.as_bytes().to_vec());
+                }
+            }
+            let max_body = raw.max_body.as_u64();
+            if max_body == 0 {
+                err(at("max_body"), "must be greater than zero");
+            } else if max_body + MAX_RECORD_OVERHEAD > spool.segment_bytes.as_u64() {
+                err(
+                    at("max_body"),
+                    "must leave room for the record in one spool.segment_bytes",
+                );
+            }
+            let default_ack = if raw.provider == Provider::Shopify {
+                200
+            } else {
+                202
+            };
+            let ack_status = match StatusCode::from_u16(raw.ack_status.unwrap_or(default_ack)) {
+                Ok(status) if status.is_success() => status,
+                _ => {
+                    err(at("ack_status"), "must be a 2xx status");
+                    StatusCode::ACCEPTED
+                }
+            };
+            if raw.tolerance.is_zero() {
+                err(at("tolerance"), "must be greater than zero");
+            }
+            if raw.dedupe_window == 0 {
+                err(at("dedupe_window"), "must be positive");
+            }
+            let (scheme, id_header) = match (raw.provider, raw.hmac) {
+                (Provider::Hmac, Some(hmac)) => {
+                    let header =
+                        HeaderName::from_bytes(hmac.header.as_bytes()).unwrap_or_else(|_| {
+                            err(at("hmac.header"), "is not a valid header name");
+                            HeaderName::from_static("invalid")
+                        });
+                    let id_header = hmac.id_header.and_then(|name| {
+                        HeaderName::from_bytes(name.as_bytes())
+                            .map_err(|_| err(at("hmac.id_header"), "is not a valid header name"))
+                            .ok()
+                    });
+                    let spec = HmacSpec {
+                        header,
+                        digest: hmac.algorithm,
+                        encoding: hmac.encoding,
+                        prefix: hmac.prefix,
+                    };
+                    (Scheme::Hmac(spec), id_header)
+                }
+                (Provider::Hmac, None) => {
+                    err(
+                        at("hmac"),
+                        "required when provider is hmac (header, algorithm, encoding, prefix)",
+                    );
+                    continue;
+                }
+                (_, Some(_)) => {
+                    err(at("hmac"), "only allowed when provider is hmac");
+                    continue;
+                }
+                (Provider::Github, None) => (Scheme::Github, None),
+                (Provider::Shopify, None) => (Scheme::Shopify, None),
+                (Provider::Stripe, None) => (
+                    Scheme::Stripe {
+                        tolerance: raw.tolerance,
+                    },
+                    None,
+                ),
+                (Provider::Slack, None) => (
+                    Scheme::Slack {
+                        tolerance: raw.tolerance,
+                    },
+                    None,
+                ),
+                (Provider::Standard, None) => (
+                    Scheme::Standard {
+                        tolerance: raw.tolerance,
+                    },
+                    None,
+                ),
+            };
+            routes.push(Route {
+                name,
+                path: raw.path,
+                provider: raw.provider,
+                verifier: Verifier::new(scheme, keys),
+                id_header,
+                max_body,
+                ack_status,
+                dedupe_window: raw.dedupe_window,
+            });
+        }
+
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Settings {
+            pop: self.pop,
+            listen: self.listen,
+            admin_listen: self.admin_listen,
+            listener: ListenerSettings {
+                backlog: self.listener.backlog,
+                tcp_fastopen_queue: self.listener.tcp_fastopen_queue,
+            },
+            tls: TlsSettings {
+                identity: identity.expect("checked above"),
+                sni: self
+                    .tls
+                    .sni
+                    .into_iter()
+                    .map(|s| SniCert {
+                        server_name: s.server_name.to_ascii_lowercase(),
+                        cert: s.cert,
+                        key: s.key,
+                    })
+                    .collect(),
+                min_version: self.tls.min_version,
+                handshake_timeout: self.tls.handshake_timeout,
+            },
+            spool: SpoolSettings {
+                dir: self.spool.dir,
+                max_bytes: self.spool.max_bytes.as_u64(),
+                segment_bytes: self.spool.segment_bytes.as_u64(),
+                max_batch_delay: self.spool.max_batch_delay,
+                high_water: self.spool.high_water,
+            },
+            http: HttpSettings {
+                max_header_bytes: self.http.max_header_bytes.as_u64() as usize,
+                max_headers: self.http.max_headers,
+                header_timeout: self.http.header_timeout,
+                h2_max_concurrent_streams: self.http.h2_max_concurrent_streams,
+            },
+            drain_grace: self.drain_grace,
+            shutdown_timeout: self.shutdown_timeout,
+            routes,
+        })
+    }
+}
+
+/// Room a spool record needs beyond its body (ids, headers, framing).
+const MAX_RECORD_OVERHEAD: u64 = 64 * 1024;
+
+fn default_drain_grace() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_shutdown_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_backlog() -> i32 {
+    4096
+}
+fn default_tfo_queue() -> u32 {
+    256
+}
+fn default_min_version() -> TlsVersion {
+    TlsVersion::Tls12
+}
+fn default_handshake_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_max_bytes() -> bytesize::ByteSize {
+    bytesize::ByteSize::gib(8)
+}
+fn default_segment_bytes() -> bytesize::ByteSize {
+    bytesize::ByteSize::mib(64)
+}
+fn default_batch_delay() -> Duration {
+    Duration::from_millis(1)
+}
+fn default_high_water() -> f64 {
+    0.9
+}
+fn default_max_header_bytes() -> bytesize::ByteSize {
+    bytesize::ByteSize::kib(16)
+}
+fn default_max_headers() -> usize {
+    64
+}
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_h2_streams() -> u32 {
+    128
+}
+fn default_max_body() -> bytesize::ByteSize {
+    bytesize::ByteSize::mib(1)
+}
+fn default_tolerance() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_dedupe_window() -> usize {
+    65_536
+}
+fn default_digest() -> Digest {
+    Digest::Sha256
+}
+fn default_encoding() -> Encoding {
+    Encoding::Hex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+pop: fra1
+listen: ["127.0.0.1:8443", "[::1]:8443"]
+admin_listen: 127.0.0.1:9180
+tls:
+  self_signed: true
+  min_version: "1.3"
+spool:
+  dir: /tmp/spool
+  max_bytes: 8GiB
+  segment_bytes: 64MiB
+  max_batch_delay: 1ms
+routes:
+  - path: /hooks/github
+    provider: github
+    secrets: ["s3cret", "old-s3cret"]
+    max_body: 1MiB
+  - path: /hooks/stripe
+    provider: stripe
+    secrets: ["whsec_abc"]
+    tolerance: 300s
+  - path: /hooks/shopify
+    provider: shopify
+    secrets: ["x"]
+  - path: /hooks/std
+    provider: standard
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+  - path: /hooks/custom
+    provider: hmac
+    secrets: ["k"]
+    hmac: { header: X-Signature, algorithm: sha512, encoding: base64, prefix: "sha512=" }
+"#;
+
+    fn errors_of(text: &str) -> Vec<(String, String)> {
+        parse(text).err().expect("config should be rejected")
+    }
+
+    #[test]
+    fn the_documented_shape_parses() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.pop, "fra1");
+        assert_eq!(s.listen.len(), 2);
+        assert_eq!(s.spool.max_bytes, 8 << 30);
+        assert_eq!(s.spool.segment_bytes, 64 << 20);
+        assert_eq!(s.spool.max_batch_delay, Duration::from_millis(1));
+        assert_eq!(s.tls.min_version, TlsVersion::Tls13);
+        assert_eq!(s.routes[0].max_body, 1 << 20);
+        assert_eq!(s.routes[0].name, "hooks_github");
+        assert_eq!(s.routes[0].ack_status, StatusCode::ACCEPTED);
+        assert_eq!(
+            s.routes[2].ack_status,
+            StatusCode::OK,
+            "shopify defaults to 200"
+        );
+        assert!(
+            matches!(s.routes[1].verifier.scheme(), Scheme::Stripe { tolerance } if tolerance.as_secs() == 300)
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_their_path() {
+        let text = GOOD.replace(
+            "    max_body: 1MiB",
+            "    max_body: 1MiB\n    max_bdy: 2MiB",
+        );
+        let errors = errors_of(&text);
+        assert_eq!(errors[0].0, "routes[0].max_bdy");
+        assert!(
+            errors[0].1.contains("unknown field `max_bdy`"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn semantic_errors_name_every_field() {
+        let text = GOOD
+            .replace(r#"secrets: ["whsec_abc"]"#, "secrets: []")
+            .replace(
+                r#"["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]"#,
+                r#"["not-whsec"]"#,
+            )
+            .replace("path: /hooks/shopify", "path: /hooks/github");
+        let fields: Vec<String> = errors_of(&text).into_iter().map(|(f, _)| f).collect();
+        assert!(
+            fields.contains(&"routes[1].secrets".to_owned()),
+            "{fields:?}"
+        );
+        assert!(
+            fields.contains(&"routes[3].secrets[0]".to_owned()),
+            "{fields:?}"
+        );
+        assert!(fields.contains(&"routes[2].path".to_owned()), "{fields:?}");
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let errors = errors_of(&GOOD.replace("max_bytes: 8GiB", "max_bytes: lots"));
+        assert_eq!(errors[0].0, "spool.max_bytes");
+        let errors = errors_of(&GOOD.replace("provider: shopify", "provider: paypal"));
+        assert_eq!(errors[0].0, "routes[2].provider");
+        let errors = errors_of(&GOOD.replace("max_batch_delay: 1ms", "max_batch_delay: soon"));
+        assert_eq!(errors[0].0, "spool.max_batch_delay");
+    }
+
+    #[test]
+    fn tls_identity_rules() {
+        let errors = errors_of(&GOOD.replace("  self_signed: true\n", ""));
+        assert_eq!(errors[0].0, "tls.cert");
+        let errors = errors_of(&GOOD.replace(
+            "  self_signed: true\n",
+            "  self_signed: true\n  cert: /a.pem\n",
+        ));
+        assert_eq!(errors[0].0, "tls.self_signed");
+    }
+
+    #[test]
+    fn hmac_block_rules_and_ack_status() {
+        let errors = errors_of(&GOOD.replace(
+            r#"    hmac: { header: X-Signature, algorithm: sha512, encoding: base64, prefix: "sha512=" }"#,
+            "",
+        ));
+        assert_eq!(errors[0].0, "routes[4].hmac");
+        let errors = errors_of(&GOOD.replace(
+            "    max_body: 1MiB",
+            "    max_body: 1MiB\n    ack_status: 302",
+        ));
+        assert_eq!(errors[0].0, "routes[0].ack_status");
+        let errors = errors_of(&GOOD.replace("max_body: 1MiB", "max_body: 64MiB"));
+        assert_eq!(errors[0].0, "routes[0].max_body");
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edge.yaml");
+        std::fs::write(&path, GOOD.replace("pop: fra1", "pop: \"\"")).unwrap();
+        let message = load(&path).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("{}: pop: ", path.display())),
+            "{message}"
+        );
+    }
+}

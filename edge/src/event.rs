@@ -1,0 +1,212 @@
+//! What the edge takes from a verified request besides its body: the provider's event id
+//! (for de-duplication here and at the origin) and the headers worth keeping.
+
+use http::{HeaderMap, HeaderName};
+use sha2::{Digest as _, Sha256};
+
+use crate::verify::Provider;
+
+/// Longest event id accepted; provider ids are far shorter, so a longer one is malformed.
+pub const MAX_EVENT_ID_LEN: usize = 256;
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EventIdError {
+    #[error("missing event id: header {0}")]
+    MissingHeader(&'static str),
+    #[error("missing event id: the JSON body has no string field `{0}`")]
+    MissingBodyField(&'static str),
+    #[error("event id longer than {MAX_EVENT_ID_LEN} bytes or not visible ASCII")]
+    Invalid,
+}
+
+/// The event id of a verified request. `id_header` is the generic scheme's configured
+/// header; where a provider sends no id, the id is the SHA-256 of the body, so identical
+/// redeliveries still collapse.
+pub fn event_id(
+    provider: Provider,
+    id_header: Option<&HeaderName>,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<String, EventIdError> {
+    let id = match provider {
+        Provider::Github => header_id(headers, "x-github-delivery")?,
+        Provider::Shopify => header_id(headers, "x-shopify-webhook-id")?,
+        Provider::Standard => header_id(headers, "webhook-id")?,
+        Provider::Stripe => body_field(body, "id").ok_or(EventIdError::MissingBodyField("id"))?,
+        Provider::Slack => body_field(body, "event_id").unwrap_or_else(|| body_digest(body)),
+        Provider::Hmac => match id_header.and_then(|name| headers.get(name)) {
+            Some(value) => value
+                .to_str()
+                .map_err(|_| EventIdError::Invalid)?
+                .to_owned(),
+            None => body_digest(body),
+        },
+    };
+    let visible = id.bytes().all(|b| b.is_ascii_graphic());
+    if id.is_empty() || id.len() > MAX_EVENT_ID_LEN || !visible {
+        return Err(EventIdError::Invalid);
+    }
+    Ok(id)
+}
+
+/// The request headers stored with the event and forwarded to the origin: content
+/// type, user agent, and every header of the provider's own families (including the
+/// signature, so the origin can verify again).
+pub fn kept_headers(provider: Provider, headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    let families: &[&str] = match provider {
+        Provider::Github => &["x-github-", "x-hub-signature"],
+        Provider::Stripe => &["stripe-"],
+        Provider::Shopify => &["x-shopify-"],
+        Provider::Slack => &["x-slack-"],
+        Provider::Standard => &["webhook-"],
+        Provider::Hmac => &[],
+    };
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            name == "content-type"
+                || name == "user-agent"
+                || families.iter().any(|family| name.starts_with(family))
+        })
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect()
+}
+
+fn header_id(headers: &HeaderMap, name: &'static str) -> Result<String, EventIdError> {
+    let value = headers.get(name).ok_or(EventIdError::MissingHeader(name))?;
+    Ok(value
+        .to_str()
+        .map_err(|_| EventIdError::Invalid)?
+        .trim()
+        .to_owned())
+}
+
+fn body_field(body: &[u8], field: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    value.get(field)?.as_str().map(str::to_owned)
+}
+
+fn body_digest(body: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::test_support::headers;
+
+    #[test]
+    fn ids_per_provider() {
+        let h = headers(&[("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")]);
+        assert_eq!(
+            event_id(Provider::Github, None, &h, b"{}").unwrap(),
+            "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+        );
+        let h = headers(&[(
+            "X-Shopify-Webhook-Id",
+            "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043",
+        )]);
+        assert_eq!(
+            event_id(Provider::Shopify, None, &h, b"{}").unwrap(),
+            "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043"
+        );
+        let h = headers(&[("webhook-id", "msg_1")]);
+        assert_eq!(
+            event_id(Provider::Standard, None, &h, b"{}").unwrap(),
+            "msg_1"
+        );
+        let body = br#"{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event"}"#;
+        assert_eq!(
+            event_id(Provider::Stripe, None, &headers(&[]), body).unwrap(),
+            "evt_1NG8Du2eZvKYlo2CUI79vXWy"
+        );
+        let body = br#"{"type":"event_callback","event_id":"Ev08MFMKH6"}"#;
+        assert_eq!(
+            event_id(Provider::Slack, None, &headers(&[]), body).unwrap(),
+            "Ev08MFMKH6"
+        );
+    }
+
+    #[test]
+    fn missing_ids_are_errors_where_the_provider_always_sends_one() {
+        let none = headers(&[]);
+        assert_eq!(
+            event_id(Provider::Github, None, &none, b"{}"),
+            Err(EventIdError::MissingHeader("x-github-delivery"))
+        );
+        assert_eq!(
+            event_id(Provider::Stripe, None, &none, b"{}"),
+            Err(EventIdError::MissingBodyField("id"))
+        );
+        assert_eq!(
+            event_id(Provider::Stripe, None, &none, b"not json"),
+            Err(EventIdError::MissingBodyField("id"))
+        );
+        assert_eq!(
+            event_id(Provider::Stripe, None, &none, br#"{"id":7}"#),
+            Err(EventIdError::MissingBodyField("id"))
+        );
+    }
+
+    #[test]
+    fn body_digest_where_no_id_is_sent() {
+        let none = headers(&[]);
+        let slash_command = b"token=x&command=%2Fdeploy";
+        let id = event_id(Provider::Slack, None, &none, slash_command).unwrap();
+        assert!(id.starts_with("sha256:") && id.len() == 7 + 64, "{id}");
+        assert_eq!(
+            event_id(Provider::Hmac, None, &none, slash_command).unwrap(),
+            id
+        );
+        let name = HeaderName::from_static("x-request-id");
+        let h = headers(&[("x-request-id", "r-1")]);
+        assert_eq!(
+            event_id(Provider::Hmac, Some(&name), &h, b"").unwrap(),
+            "r-1"
+        );
+        assert_eq!(
+            event_id(Provider::Hmac, Some(&name), &none, slash_command).unwrap(),
+            id
+        );
+    }
+
+    #[test]
+    fn oversized_or_invisible_ids_are_invalid() {
+        let long = "a".repeat(MAX_EVENT_ID_LEN + 1);
+        let h = headers(&[("webhook-id", &long)]);
+        assert_eq!(
+            event_id(Provider::Standard, None, &h, b""),
+            Err(EventIdError::Invalid)
+        );
+        let h = headers(&[("webhook-id", "a b")]);
+        assert_eq!(
+            event_id(Provider::Standard, None, &h, b""),
+            Err(EventIdError::Invalid)
+        );
+        let h = headers(&[("webhook-id", "")]);
+        assert_eq!(
+            event_id(Provider::Standard, None, &h, b""),
+            Err(EventIdError::Invalid)
+        );
+    }
+
+    #[test]
+    fn keeps_provider_headers_only() {
+        let h = headers(&[
+            ("Content-Type", "application/json"),
+            ("X-GitHub-Event", "push"),
+            ("X-Hub-Signature-256", "sha256=00"),
+            ("Authorization", "Bearer secret"),
+            ("Cookie", "a=b"),
+        ]);
+        let kept: Vec<_> = kept_headers(Provider::Github, &h)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(
+            kept,
+            ["content-type", "x-github-event", "x-hub-signature-256"]
+        );
+    }
+}

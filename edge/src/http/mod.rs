@@ -1,0 +1,68 @@
+//! The HTTP side of the edge: shared application state, the route table, and the hyper
+//! connection settings. The webhook path itself is in [`webhook`].
+
+pub mod webhook;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+
+use crate::config::{HttpSettings, Route, Settings};
+use crate::metrics::Metrics;
+use crate::spool::Spool;
+
+/// Everything a request handler needs, shared by all connections.
+pub struct App {
+    pub routes: HashMap<String, Arc<RouteEntry>>,
+    pub spool: Arc<Spool>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// A route plus its name as a shared string (spool records and metrics use it per request).
+pub struct RouteEntry {
+    pub route: Route,
+    pub name: Arc<str>,
+}
+
+impl App {
+    pub fn new(settings: &Settings, spool: Arc<Spool>, metrics: Arc<Metrics>) -> Self {
+        let routes = settings
+            .routes
+            .iter()
+            .map(|route| {
+                let entry = RouteEntry {
+                    route: route.clone(),
+                    name: Arc::from(route.name.as_str()),
+                };
+                (route.path.clone(), Arc::new(entry))
+            })
+            .collect();
+        Self {
+            routes,
+            spool,
+            metrics,
+        }
+    }
+}
+
+/// hyper's HTTP/1.1 + HTTP/2 server settings, from config. Header size and count over the
+/// limits are answered 431 by hyper itself.
+pub fn connection_builder(settings: &HttpSettings) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_timeout)
+        .max_buf_size(settings.max_header_bytes.max(8192))
+        .max_headers(settings.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.h2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(settings.max_header_bytes).unwrap_or(u32::MAX))
+        .max_pending_accept_reset_streams(64)
+        .max_local_error_reset_streams(256);
+    builder
+}

@@ -1,0 +1,182 @@
+//! One webhook request, end to end: route, method, size, verify, event id, spool, ack.
+//! A 2xx leaves only after the spool reports the event durable.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+
+use super::{App, RouteEntry};
+use crate::event;
+use crate::spool::{AppendError, Appended, NewEvent};
+use crate::verify::{Provider, url_verification_challenge};
+
+pub type ResponseBody = Full<Bytes>;
+
+/// Whether the request arrived as TLS early data (0-RTT); decided by the connection.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Arrival {
+    pub early: bool,
+}
+
+pub async fn handle(
+    app: Arc<App>,
+    arrival: Arrival,
+    request: Request<Incoming>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let Some(entry) = app.routes.get(request.uri().path()).cloned() else {
+        app.metrics.reject("unknown_path");
+        return Ok(json(StatusCode::NOT_FOUND, r#"{"error":"unknown path"}"#));
+    };
+    let response = handle_route(&app, &entry, arrival, request).await;
+    app.metrics.request(&entry.name, response.status());
+    Ok(response)
+}
+
+async fn handle_route(
+    app: &App,
+    entry: &RouteEntry,
+    arrival: Arrival,
+    request: Request<Incoming>,
+) -> Response<ResponseBody> {
+    let route = &entry.route;
+    if request.method() != Method::POST {
+        let mut response = json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            r#"{"error":"only POST is accepted"}"#,
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > route.max_body) {
+        return too_large(route.max_body);
+    }
+    let received_ms = now_ms();
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, route.max_body as usize).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => return too_large(route.max_body),
+        Err(e) => {
+            tracing::debug!(route = %entry.name, error = %e, "request body not received whole");
+            return json(
+                StatusCode::BAD_REQUEST,
+                r#"{"error":"request body was not received whole"}"#,
+            );
+        }
+    };
+
+    if let Err(e) = route
+        .verifier
+        .verify(&parts.headers, &body, SystemTime::now())
+    {
+        app.metrics
+            .verify_failures
+            .get_or_create(&crate::metrics::RouteReason {
+                route: entry.name.to_string(),
+                reason: e.reason(),
+            })
+            .inc();
+        tracing::info!(route = %entry.name, reason = e.reason(), "signature verification failed");
+        return json(StatusCode::UNAUTHORIZED, &format!(r#"{{"error":"{e}"}}"#));
+    }
+
+    if route.provider == Provider::Slack
+        && let Some(challenge) = url_verification_challenge(&body)
+    {
+        let mut response = Response::new(Full::new(Bytes::from(challenge)));
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        return response;
+    }
+
+    let event_id = match event::event_id(
+        route.provider,
+        route.id_header.as_ref(),
+        &parts.headers,
+        &body,
+    ) {
+        Ok(id) => id,
+        Err(e) => return json(StatusCode::BAD_REQUEST, &format!(r#"{{"error":"{e}"}}"#)),
+    };
+    let new_event = NewEvent {
+        received_ms,
+        early: arrival.early,
+        route: Arc::clone(&entry.name),
+        headers: event::kept_headers(route.provider, &parts.headers),
+        event_id,
+        body,
+    };
+    match app.spool.append(new_event).await {
+        Ok(Appended::Stored { seq }) => ack(route.ack_status, seq, false),
+        Ok(Appended::Duplicate { seq }) => {
+            app.metrics
+                .duplicates
+                .get_or_create(&crate::metrics::RouteLabel {
+                    route: entry.name.to_string(),
+                })
+                .inc();
+            ack(route.ack_status, seq, true)
+        }
+        Err(e) => {
+            if !matches!(e, AppendError::Full) {
+                tracing::warn!(route = %entry.name, error = %e, "spool refused an event");
+            }
+            let mut response = json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(r#"{{"error":"{e}; retry later"}}"#),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, retry_after(received_ms));
+            response
+        }
+    }
+}
+
+fn ack(status: StatusCode, seq: u64, duplicate: bool) -> Response<ResponseBody> {
+    json(
+        status,
+        &format!(r#"{{"status":"stored","seq":{seq},"duplicate":{duplicate}}}"#),
+    )
+}
+
+fn too_large(limit: u64) -> Response<ResponseBody> {
+    json(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!(r#"{{"error":"body larger than {limit} bytes"}}"#),
+    )
+}
+
+pub fn json(status: StatusCode, body: &str) -> Response<ResponseBody> {
+    let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// 5–14 s, spread by the receive time so refused senders do not all return at once.
+fn retry_after(received_ms: u64) -> HeaderValue {
+    HeaderValue::from(5 + received_ms % 10)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}

@@ -1,0 +1,18 @@
+//! The anycast webhook edge: accepts webhooks over TLS, verifies their signatures, stores
+//! them durably in the local spool and only then acknowledges.
+//!
+//! Where things are: `verify/` checks signatures (one file per provider), `event`
+//! extracts event ids, `spool/` stores events durably, `http/webhook` is the request
+//! path, `server` accepts connections, `admin` serves health and metrics.
+
+pub mod admin;
+pub mod config;
+pub mod event;
+pub mod http;
+pub mod listener;
+pub mod metrics;
+pub mod run;
+pub mod server;
+pub mod spool;
+pub mod tls;
+pub mod verify;

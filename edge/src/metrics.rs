@@ -1,0 +1,186 @@
+//! Prometheus metrics of the edge. Every series carries the `pop` label (set once on the
+//! registry); every limit the edge enforces has a counter here.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::spool::{AppendError, Appended};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteStatus {
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteReason {
+    pub route: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Handshake {
+    pub version: &'static str,
+    pub resumed: bool,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RouteStatus, Counter>,
+    pub verify_failures: Family<RouteReason, Counter>,
+    pub duplicates: Family<RouteLabel, Counter>,
+    /// Requests refused by a limit before reaching a route (header size, unknown path…).
+    pub rejected: Family<Reason, Counter>,
+    pub spool_appends: Family<Reason, Counter>,
+    pub spool_bytes: Gauge,
+    pub spool_segments: Gauge,
+    pub spool_backlog_records: Gauge,
+    pub spool_fsync_seconds: Histogram,
+    pub spool_batch_records: Histogram,
+    pub open_connections: Gauge,
+    pub tls_handshakes: Family<Handshake, Counter>,
+    pub tls_handshake_failures: Family<Reason, Counter>,
+    pub accept_errors: Family<Reason, Counter>,
+}
+
+impl Metrics {
+    pub fn new(pop: &str) -> Self {
+        let mut registry = Registry::with_prefix_and_labels(
+            "edge",
+            [("pop".into(), pop.to_owned().into())].into_iter(),
+        );
+        let m = Self {
+            requests: Family::default(),
+            verify_failures: Family::default(),
+            duplicates: Family::default(),
+            rejected: Family::default(),
+            spool_appends: Family::default(),
+            spool_bytes: Gauge::default(),
+            spool_segments: Gauge::default(),
+            spool_backlog_records: Gauge::default(),
+            spool_fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            spool_batch_records: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
+            open_connections: Gauge::default(),
+            tls_handshakes: Family::default(),
+            tls_handshake_failures: Family::default(),
+            accept_errors: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "requests",
+            "Webhook requests answered, by route and status",
+            m.requests.clone(),
+        );
+        registry.register(
+            "verify_failures",
+            "Signature verification failures, by route and reason",
+            m.verify_failures.clone(),
+        );
+        registry.register(
+            "duplicates",
+            "Verified redeliveries acknowledged without storing again, by route",
+            m.duplicates.clone(),
+        );
+        registry.register(
+            "rejected",
+            "Requests refused before routing, by reason",
+            m.rejected.clone(),
+        );
+        registry.register(
+            "spool_appends",
+            "Spool appends, by result",
+            m.spool_appends.clone(),
+        );
+        registry.register(
+            "spool_bytes",
+            "Bytes held in spool segments",
+            m.spool_bytes.clone(),
+        );
+        registry.register(
+            "spool_segments",
+            "Spool segment files",
+            m.spool_segments.clone(),
+        );
+        registry.register(
+            "spool_backlog_records",
+            "Records stored but not yet confirmed by the origin",
+            m.spool_backlog_records.clone(),
+        );
+        registry.register(
+            "spool_fsync_seconds",
+            "Duration of each spool fdatasync",
+            m.spool_fsync_seconds.clone(),
+        );
+        registry.register(
+            "spool_batch_records",
+            "Appends per group commit",
+            m.spool_batch_records.clone(),
+        );
+        registry.register(
+            "open_connections",
+            "Client connections open",
+            m.open_connections.clone(),
+        );
+        registry.register(
+            "tls_handshakes",
+            "Completed TLS handshakes, by version and resumption",
+            m.tls_handshakes.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "Failed TLS handshakes, by reason",
+            m.tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "accept() failures, by reason",
+            m.accept_errors.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    pub fn request(&self, route: &str, status: http::StatusCode) {
+        self.requests
+            .get_or_create(&RouteStatus {
+                route: route.to_owned(),
+                status: status.as_u16(),
+            })
+            .inc();
+    }
+
+    pub fn reject(&self, reason: &'static str) {
+        self.rejected.get_or_create(&Reason { reason }).inc();
+    }
+
+    pub fn spool_append(&self, outcome: &Result<Appended, AppendError>) {
+        let reason = match outcome {
+            Ok(Appended::Stored { .. }) => "stored",
+            Ok(Appended::Duplicate { .. }) => "duplicate",
+            Err(AppendError::Full) => "full",
+            Err(AppendError::Failed(_)) => "failed",
+            Err(AppendError::Closed) => "closed",
+        };
+        self.spool_appends.get_or_create(&Reason { reason }).inc();
+    }
+}

@@ -1,0 +1,107 @@
+//! `edge run`: wires config, spool, TLS, listeners, admin endpoint and signals together,
+//! and shuts down in order (drain, stop accepting, finish in-flight, sync, exit).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::admin::{Admin, Readiness};
+use crate::config::Settings;
+use crate::http::{App, connection_builder};
+use crate::metrics::Metrics;
+use crate::server::Server;
+use crate::spool::Spool;
+use crate::{listener, tls};
+
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new(&settings.pop));
+    let windows: HashMap<String, usize> = settings
+        .routes
+        .iter()
+        .map(|r| (r.name.clone(), r.dedupe_window))
+        .collect();
+    let (spool, report) = Spool::open(
+        &settings.spool,
+        &settings.pop,
+        windows,
+        Arc::clone(&metrics),
+    )?;
+    tracing::info!(
+        dir = %settings.spool.dir.display(),
+        segments = report.segments,
+        records = report.records,
+        checkpoint = report.checkpoint,
+        next_seq = report.next_seq,
+        cut_tails = report.cut.len(),
+        "spool recovered"
+    );
+    let spool = Arc::new(spool);
+
+    let tls_config = tls::server_config(&settings.tls)?;
+    let listeners = settings
+        .listen
+        .iter()
+        .map(|addr| listener::bind(*addr, &settings.listener))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
+        .await
+        .with_context(|| format!("admin_listen {}", settings.admin_listen))?;
+
+    let readiness = Arc::new(Readiness::default());
+    let admin = Arc::new(Admin {
+        readiness: Arc::clone(&readiness),
+        spool: Arc::clone(&spool),
+        metrics: Arc::clone(&metrics),
+    });
+    tokio::spawn(admin.serve(admin_listener).in_current_span());
+
+    let server = Arc::new(Server {
+        app: Arc::new(App::new(
+            &settings,
+            Arc::clone(&spool),
+            Arc::clone(&metrics),
+        )),
+        tls: tokio_rustls::TlsAcceptor::from(tls_config),
+        http: Arc::new(connection_builder(&settings.http)),
+        handshake_timeout: settings.tls.handshake_timeout,
+    });
+    let (stop, stopped) = watch::channel(false);
+    let accepting = tokio::spawn(server.run(listeners, stopped).in_current_span());
+    readiness.listening.store(true, Ordering::Release);
+    tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, "edge ready");
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let grace = tokio::select! {
+        _ = terminate.recv() => settings.drain_grace,
+        _ = interrupt.recv() => Duration::ZERO,
+    };
+    readiness.draining.store(true, Ordering::Release);
+    tracing::info!(
+        grace_ms = grace.as_millis() as u64,
+        "draining: /readyz fails, still serving"
+    );
+    tokio::time::sleep(grace).await;
+
+    let _ = stop.send(true);
+    let graceful = accepting.await.context("accept loops")?;
+    tracing::info!(
+        open = graceful.count(),
+        "stopped accepting; finishing in-flight requests"
+    );
+    if tokio::time::timeout(settings.shutdown_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after shutdown_timeout; closing them");
+    }
+    spool.close();
+    tracing::info!("edge stopped");
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! Accepting client connections: the accept loop (with EMFILE back-off), the TLS
+//! handshake under a deadline, and one hyper connection per client, all stoppable for a
+//! graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+
+use crate::http::App;
+use crate::http::webhook::{self, Arrival};
+use crate::listener::is_fd_exhaustion;
+use crate::metrics::{Handshake, Reason};
+
+pub struct Server {
+    pub app: Arc<App>,
+    pub tls: TlsAcceptor,
+    pub http: Arc<auto::Builder<TokioExecutor>>,
+    pub handshake_timeout: Duration,
+}
+
+impl Server {
+    /// Accepts on every listener until `stop` turns true, then returns the graceful
+    /// shutdown handle that tracks the connections still open.
+    pub async fn run(
+        self: Arc<Self>,
+        listeners: Vec<TcpListener>,
+        stop: watch::Receiver<bool>,
+    ) -> GracefulShutdown {
+        let graceful = Arc::new(GracefulShutdown::new());
+        let mut loops = tokio::task::JoinSet::new();
+        for listener in listeners {
+            loops.spawn(Arc::clone(&self).accept_loop(
+                listener,
+                stop.clone(),
+                Arc::clone(&graceful),
+            ));
+        }
+        while loops.join_next().await.is_some() {}
+        Arc::into_inner(graceful).expect("accept loops have ended")
+    }
+
+    async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut stop: watch::Receiver<bool>,
+        graceful: Arc<GracefulShutdown>,
+    ) {
+        let mut backoff = MIN_ACCEPT_BACKOFF;
+        loop {
+            let accepted = tokio::select! {
+                _ = stop.wait_for(|stopped| *stopped) => return,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    backoff = MIN_ACCEPT_BACKOFF;
+                    let _ = stream.set_nodelay(true);
+                    let watcher = graceful.watcher();
+                    tokio::spawn(Arc::clone(&self).connection(stream, peer, watcher));
+                }
+                Err(e) if is_fd_exhaustion(&e) => {
+                    self.app
+                        .metrics
+                        .accept_errors
+                        .get_or_create(&Reason {
+                            reason: "fd_exhausted",
+                        })
+                        .inc();
+                    tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "out of file descriptors; backing off accept");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
+                }
+                Err(e) => {
+                    self.app
+                        .metrics
+                        .accept_errors
+                        .get_or_create(&Reason { reason: "other" })
+                        .inc();
+                    tracing::debug!(error = %e, "accept failed");
+                }
+            }
+        }
+    }
+
+    async fn connection(
+        self: Arc<Self>,
+        stream: tokio::net::TcpStream,
+        peer: std::net::SocketAddr,
+        watcher: hyper_util::server::graceful::Watcher,
+    ) {
+        let metrics = &self.app.metrics;
+        metrics.open_connections.inc();
+        let _open = scopeguard(|| {
+            metrics.open_connections.dec();
+        });
+        let tls = match tokio::time::timeout(self.handshake_timeout, self.tls.accept(stream)).await
+        {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                metrics
+                    .tls_handshake_failures
+                    .get_or_create(&Reason { reason: "error" })
+                    .inc();
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                metrics
+                    .tls_handshake_failures
+                    .get_or_create(&Reason { reason: "timeout" })
+                    .inc();
+                tracing::debug!(%peer, "TLS handshake deadline passed");
+                return;
+            }
+        };
+        let (_, session) = tls.get_ref();
+        let version = match session.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "1.2",
+            _ => "other",
+        };
+        let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+        metrics
+            .tls_handshakes
+            .get_or_create(&Handshake { version, resumed })
+            .inc();
+
+        let app = Arc::clone(&self.app);
+        let service = service_fn(move |request| {
+            webhook::handle(Arc::clone(&app), Arrival::default(), request)
+        });
+        let connection = self
+            .http
+            .serve_connection(TokioIo::new(tls), service)
+            .into_owned();
+        if let Err(e) = watcher.watch(connection).await {
+            let too_large = e
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(|e| e.is_parse_too_large());
+            if too_large {
+                metrics.reject("header_too_large");
+                tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
+            } else {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }
+    }
+}
+
+/// Runs `f` when dropped, however the connection task ends.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
+
+const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);

@@ -1,0 +1,83 @@
+//! The backhaul's checkpoint: the highest sequence number delivered to the origin.
+//! Written atomically (temp file, fsync, rename, fsync of the directory) so a crash
+//! leaves either the old or the new value, never a mix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+
+pub const FILE_NAME: &str = "checkpoint";
+const TEMP_NAME: &str = "checkpoint.tmp";
+const ENCODED_LEN: usize = 12;
+
+/// Reads the checkpoint; `Ok(None)` when there is none yet (nothing delivered).
+pub fn read(dir: &Path) -> io::Result<Option<u64>> {
+    match fs::read(dir.join(FILE_NAME)) {
+        Ok(bytes) => decode(&bytes).map(Some).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: corrupt checkpoint", dir.join(FILE_NAME).display()),
+            )
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn write(dir: &Path, seq: u64) -> io::Result<()> {
+    let temp = dir.join(TEMP_NAME);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temp)?;
+    file.write_all(&encode(seq))?;
+    file.sync_all()?;
+    fs::rename(&temp, dir.join(FILE_NAME))?;
+    sync_dir(dir)
+}
+
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn encode(seq: u64) -> [u8; ENCODED_LEN] {
+    let mut out = [0; ENCODED_LEN];
+    out[..8].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..8]);
+    out[8..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn decode(bytes: &[u8]) -> Option<u64> {
+    let bytes: &[u8; ENCODED_LEN] = bytes.try_into().ok()?;
+    let crc = u32::from_le_bytes(bytes[8..].try_into().ok()?);
+    (crc32c::crc32c(&bytes[..8]) == crc)
+        .then(|| u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_and_corruption() {
+        assert_eq!(decode(&encode(77)), Some(77));
+        let mut bad = encode(77);
+        bad[0] ^= 1;
+        assert_eq!(decode(&bad), None);
+        assert_eq!(decode(&bad[..5]), None);
+    }
+
+    #[test]
+    fn missing_then_written_then_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read(dir.path()).unwrap(), None);
+        write(dir.path(), 10).unwrap();
+        write(dir.path(), 11).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), Some(11));
+        assert!(!dir.path().join(TEMP_NAME).exists());
+        fs::write(dir.path().join(FILE_NAME), b"junk").unwrap();
+        assert!(read(dir.path()).is_err());
+    }
+}

@@ -1,0 +1,107 @@
+//! Sequential reader of durable records, for the backhaul. It reads the segment files
+//! itself (no coordination with the writer beyond the published durable sequence), and
+//! never returns a record that is not yet durable.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::record::{FRAME_HEADER_LEN, Record, SEGMENT_MAGIC, decode_frame, frame_len};
+use super::{Shared, list_segments, segment_path};
+
+pub struct SpoolReader {
+    shared: Arc<Shared>,
+    next_seq: u64,
+    /// The segment being read (its first sequence number) and the offset of the next frame.
+    position: Option<(u64, u64)>,
+}
+
+impl SpoolReader {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        let next_seq = shared.checkpoint.load(Ordering::Acquire) + 1;
+        Self {
+            shared,
+            next_seq,
+            position: None,
+        }
+    }
+
+    /// The sequence number the next record returned will have at least.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Up to `max` durable records from the current position, in order; empty when the
+    /// reader has caught up. Blocking file I/O: call it from a blocking context.
+    pub fn read_batch(&mut self, max: usize) -> io::Result<Vec<Record>> {
+        let durable = self.shared.durable_seq.load(Ordering::Acquire);
+        let mut out = Vec::new();
+        while out.len() < max && self.next_seq <= durable {
+            let (first, offset) = match self.position {
+                Some(position) => position,
+                None => match self.locate()? {
+                    Some(first) => (first, SEGMENT_MAGIC.len() as u64),
+                    None => break,
+                },
+            };
+            let mut file = File::open(segment_path(&self.shared.dir, first))?;
+            let end = file.metadata()?.len();
+            file.seek(SeekFrom::Start(offset))?;
+            let mut offset = offset;
+            let mut reached_unsynced = false;
+            while out.len() < max && offset + FRAME_HEADER_LEN as u64 <= end {
+                let mut header = [0u8; FRAME_HEADER_LEN];
+                file.read_exact(&mut header)?;
+                let len = frame_len(&header).map_err(invalid)?;
+                if offset + len as u64 > end {
+                    // The writer is still writing this frame; it is not durable yet.
+                    reached_unsynced = true;
+                    break;
+                }
+                let mut frame = vec![0u8; len];
+                frame[..FRAME_HEADER_LEN].copy_from_slice(&header);
+                file.read_exact(&mut frame[FRAME_HEADER_LEN..])?;
+                let (record, _) = decode_frame(&frame).map_err(invalid)?;
+                if record.seq > durable {
+                    reached_unsynced = true;
+                    break;
+                }
+                offset += len as u64;
+                if record.seq >= self.next_seq {
+                    self.next_seq = record.seq + 1;
+                    out.push(record.to_owned_record());
+                }
+            }
+            self.position = Some((first, offset));
+            if reached_unsynced || out.len() >= max {
+                break;
+            }
+            // This segment is exhausted; move on if a newer one exists.
+            match self.segment_after(first)? {
+                Some(next) => self.position = Some((next, SEGMENT_MAGIC.len() as u64)),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The segment that holds `next_seq`: the newest whose first sequence is not after it.
+    fn locate(&self) -> io::Result<Option<u64>> {
+        let segments = list_segments(&self.shared.dir)?;
+        let holding = segments
+            .iter()
+            .rev()
+            .find(|(first, _)| *first <= self.next_seq);
+        Ok(holding.or(segments.first()).map(|(first, _)| *first))
+    }
+
+    fn segment_after(&self, first: u64) -> io::Result<Option<u64>> {
+        let segments = list_segments(&self.shared.dir)?;
+        Ok(segments.into_iter().map(|(f, _)| f).find(|f| *f > first))
+    }
+}
+
+fn invalid(error: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, error.to_string())
+}

@@ -1,0 +1,207 @@
+//! Opening the spool after a start or a crash: take the directory lock, scan every
+//! segment, cut a torn or corrupt tail off the last one, drop delivered segments, and
+//! rebuild the de-duplication windows from what is on disk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use nix::fcntl::{Flock, FlockArg};
+
+use super::recent_ids::RecentIds;
+use super::record::SEGMENT_MAGIC;
+use super::scan::{ScanError, scan_segment};
+use super::{checkpoint, list_segments, segment_path};
+use crate::config::SpoolSettings;
+
+/// What recovery found and did, for the start-up log.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub records: u64,
+    pub checkpoint: u64,
+    pub next_seq: u64,
+    pub cut: Vec<CutTail>,
+}
+
+/// Bytes removed from the end of a segment because they did not hold a whole record.
+#[derive(Clone, Debug)]
+pub struct CutTail {
+    pub path: PathBuf,
+    pub offset: usize,
+    pub bytes: usize,
+    pub reason: ScanError,
+}
+
+#[derive(Debug)]
+pub(super) struct SegmentMeta {
+    pub bytes: u64,
+    pub last_seq: Option<u64>,
+}
+
+pub(super) struct Recovered {
+    pub report: RecoveryReport,
+    pub checkpoint: u64,
+    pub next_seq: u64,
+    pub total_bytes: u64,
+    pub segments: BTreeMap<u64, SegmentMeta>,
+    pub active: File,
+    pub recent: HashMap<String, RecentIds>,
+    pub lock: Flock<File>,
+}
+
+pub(super) fn recover(
+    settings: &SpoolSettings,
+    windows: HashMap<String, usize>,
+) -> anyhow::Result<Recovered> {
+    let dir = &settings.dir;
+    fs::create_dir_all(dir)
+        .with_context(|| format!("spool.dir {}: cannot create", dir.display()))?;
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))
+        .with_context(|| format!("spool.dir {}: cannot open LOCK", dir.display()))?;
+    let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        anyhow::anyhow!(
+            "spool.dir {}: locked by another process ({errno})",
+            dir.display()
+        )
+    })?;
+
+    let checkpoint = checkpoint::read(dir)?.unwrap_or(0);
+    let mut recent: HashMap<String, RecentIds> = windows
+        .into_iter()
+        .map(|(route, window)| (route, RecentIds::new(window)))
+        .collect();
+    let mut report = RecoveryReport {
+        checkpoint,
+        ..Default::default()
+    };
+    let mut segments = BTreeMap::new();
+    let mut last_seq = checkpoint;
+    let listed = list_segments(dir)?;
+    for (index, (first, path)) in listed.iter().enumerate() {
+        let is_last = index + 1 == listed.len();
+        let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let scan = scan_segment(&bytes);
+        let mut segment_last = None;
+        for record in &scan.records {
+            if let Some(window) = recent.get_mut(record.route) {
+                window.insert(record.event_id, record.seq);
+            }
+            segment_last = Some(record.seq);
+            last_seq = last_seq.max(record.seq);
+        }
+        report.records += scan.records.len() as u64;
+        let mut kept_len = bytes.len();
+        if let Some(stop) = scan.stop {
+            if is_last {
+                cut_tail(path, scan.valid_len)?;
+                kept_len = scan.valid_len.max(SEGMENT_MAGIC.len());
+                let cut = CutTail {
+                    path: path.clone(),
+                    offset: stop.offset,
+                    bytes: bytes.len() - scan.valid_len,
+                    reason: stop.error,
+                };
+                tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut an incomplete tail");
+                report.cut.push(cut);
+            } else {
+                tracing::error!(segment = %path.display(), offset = stop.offset, reason = %stop.error, kept = scan.records.len(), "spool segment is damaged before its end; records after the damage cannot be read");
+            }
+        }
+        segments.insert(
+            *first,
+            SegmentMeta {
+                bytes: kept_len as u64,
+                last_seq: segment_last,
+            },
+        );
+    }
+    remove_delivered(dir, &mut segments, checkpoint)?;
+
+    let next_seq = last_seq + 1;
+    let active = match segments.last_key_value() {
+        Some((&first, _)) => OpenOptions::new()
+            .write(true)
+            .open(segment_path(dir, first))?,
+        None => {
+            let file = create_segment(dir, next_seq)?;
+            segments.insert(
+                next_seq,
+                SegmentMeta {
+                    bytes: SEGMENT_MAGIC.len() as u64,
+                    last_seq: None,
+                },
+            );
+            file
+        }
+    };
+    report.segments = segments.len();
+    report.next_seq = next_seq;
+    let total_bytes = segments.values().map(|m| m.bytes).sum();
+    Ok(Recovered {
+        report,
+        checkpoint,
+        next_seq,
+        total_bytes,
+        segments,
+        active,
+        recent,
+        lock,
+    })
+}
+
+/// Creates a new, empty segment durably (file and directory entry).
+pub(super) fn create_segment(dir: &std::path::Path, first_seq: u64) -> std::io::Result<File> {
+    let path = segment_path(dir, first_seq);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    file.write_all_at(SEGMENT_MAGIC, 0)?;
+    file.sync_all()?;
+    checkpoint::sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Deletes every segment except the newest whose records are all at or below the
+/// checkpoint.
+pub(super) fn remove_delivered(
+    dir: &std::path::Path,
+    segments: &mut BTreeMap<u64, SegmentMeta>,
+    checkpoint: u64,
+) -> std::io::Result<u64> {
+    let newest = segments.last_key_value().map(|(&first, _)| first);
+    let delivered: Vec<u64> = segments
+        .iter()
+        .filter(|(first, meta)| {
+            Some(**first) != newest && meta.last_seq.is_none_or(|last| last <= checkpoint)
+        })
+        .map(|(first, _)| *first)
+        .collect();
+    let mut freed = 0;
+    for first in &delivered {
+        fs::remove_file(segment_path(dir, *first))?;
+        freed += segments.remove(first).map_or(0, |m| m.bytes);
+    }
+    if !delivered.is_empty() {
+        checkpoint::sync_dir(dir)?;
+    }
+    Ok(freed)
+}
+
+fn cut_tail(path: &std::path::Path, valid_len: usize) -> std::io::Result<()> {
+    let file = OpenOptions::new().write(true).open(path)?;
+    if valid_len < SEGMENT_MAGIC.len() {
+        file.set_len(0)?;
+        file.write_all_at(SEGMENT_MAGIC, 0)?;
+    } else {
+        file.set_len(valid_len as u64)?;
+    }
+    file.sync_all()
+}

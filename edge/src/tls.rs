@@ -1,0 +1,104 @@
+//! TLS server configuration: rustls with TLS 1.3 and 1.2 (by `min_version`), ALPN h2 and
+//! http/1.1, a PEM identity or a generated self-signed one, and optional per-SNI
+//! certificates.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::{ServerConfig, SupportedProtocolVersion};
+
+use crate::config::{Identity, TlsSettings, TlsVersion};
+
+pub fn server_config(settings: &TlsSettings) -> anyhow::Result<Arc<ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let default = match &settings.identity {
+        Identity::Files { cert, key } => {
+            load_identity(&provider, cert, key).context("tls.cert/tls.key")?
+        }
+        Identity::SelfSigned => self_signed(&provider)?,
+    };
+    let mut by_name = HashMap::new();
+    for (i, sni) in settings.sni.iter().enumerate() {
+        let key = load_identity(&provider, &sni.cert, &sni.key)
+            .with_context(|| format!("tls.sni[{i}]"))?;
+        by_name.insert(sni.server_name.clone(), key);
+    }
+    let versions: &[&SupportedProtocolVersion] = match settings.min_version {
+        TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        TlsVersion::Tls13 => &[&rustls::version::TLS13],
+    };
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .context("tls protocol versions")?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(SniResolver { default, by_name }));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Picks the certificate for the client's SNI name, else the default identity.
+#[derive(Debug)]
+struct SniResolver {
+    default: Arc<CertifiedKey>,
+    by_name: HashMap<String, Arc<CertifiedKey>>,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let named = hello
+            .server_name()
+            .and_then(|name| self.by_name.get(&name.to_ascii_lowercase()));
+        Some(Arc::clone(named.unwrap_or(&self.default)))
+    }
+}
+
+fn load_identity(
+    provider: &rustls::crypto::CryptoProvider,
+    cert_path: &Path,
+    key_path: &Path,
+) -> anyhow::Result<Arc<CertifiedKey>> {
+    let cert_pem =
+        std::fs::read(cert_path).with_context(|| format!("reading {}", cert_path.display()))?;
+    let chain = rustls_pemfile::certs(&mut cert_pem.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing certificates in {}", cert_path.display()))?;
+    if chain.is_empty() {
+        bail!("{}: no certificates found", cert_path.display());
+    }
+    let key_pem =
+        std::fs::read(key_path).with_context(|| format!("reading {}", key_path.display()))?;
+    let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
+        .with_context(|| format!("parsing {}", key_path.display()))?
+        .with_context(|| format!("{}: no private key found", key_path.display()))?;
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .with_context(|| format!("{}: unsupported private key", key_path.display()))?;
+    Ok(Arc::new(CertifiedKey::new(chain, signing_key)))
+}
+
+fn self_signed(provider: &rustls::crypto::CryptoProvider) -> anyhow::Result<Arc<CertifiedKey>> {
+    let names = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    let generated = rcgen::generate_simple_self_signed(names)
+        .context("generating a self-signed certificate")?;
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(generated.key_pair.serialize_der().into());
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .context("loading the generated key")?;
+    tracing::warn!(
+        "serving a generated self-signed certificate (tls.self_signed): for a dev box only"
+    );
+    Ok(Arc::new(CertifiedKey::new(
+        vec![generated.cert.der().clone()],
+        signing_key,
+    )))
+}

@@ -1,0 +1,69 @@
+//! Shopify: `X-Shopify-Hmac-Sha256: <base64>`, HMAC-SHA256 of the raw body.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use http::HeaderMap;
+
+use super::{VerifyError, any_sha256_match, required_header};
+
+pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
+
+pub fn verify(secrets: &[Vec<u8>], headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+    let value = required_header(headers, SIGNATURE_HEADER)?;
+    let signature = BASE64
+        .decode(value.trim())
+        .map_err(|_| VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
+    if any_sha256_match(secrets, &[body], &[signature]) {
+        Ok(())
+    } else {
+        Err(VerifyError::Mismatch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::test_support::headers;
+
+    // `printf '{"id":1}' | openssl dgst -sha256 -hmac shpss_secret -binary | base64`
+    const SECRET: &[u8] = b"shpss_secret";
+    const BODY: &[u8] = br#"{"id":1}"#;
+    const SIGNATURE: &str = "xocA3LkeJ/RvNrkxep1EUtFHuj7rIoIqZYaLU26LyPQ=";
+
+    #[test]
+    fn accepts_an_openssl_computed_signature() {
+        let h = headers(&[("X-Shopify-Hmac-Sha256", SIGNATURE)]);
+        assert_eq!(verify(&[SECRET.to_vec()], &h, BODY), Ok(()));
+    }
+
+    #[test]
+    fn rotation_and_mismatch() {
+        let h = headers(&[("X-Shopify-Hmac-Sha256", SIGNATURE)]);
+        assert_eq!(
+            verify(&[b"new".to_vec(), SECRET.to_vec()], &h, BODY),
+            Ok(())
+        );
+        assert_eq!(
+            verify(&[b"new".to_vec()], &h, BODY),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify(&[SECRET.to_vec()], &h, b"{\"id\":2}"),
+            Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn missing_and_malformed() {
+        let s = [SECRET.to_vec()];
+        assert_eq!(
+            verify(&s, &headers(&[]), BODY),
+            Err(VerifyError::MissingHeader(SIGNATURE_HEADER))
+        );
+        let h = headers(&[("X-Shopify-Hmac-Sha256", "not*base64")]);
+        assert_eq!(
+            verify(&s, &h, BODY),
+            Err(VerifyError::MalformedHeader(SIGNATURE_HEADER))
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! Standard Webhooks (and Svix): `webhook-id`, `webhook-timestamp` and
+//! `webhook-signature: v1,<base64> [v1,<base64> …]`, HMAC-SHA256 of `"{id}.{ts}.{body}"`
+//! keyed with the base64 part of a `whsec_…` secret.
+
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use http::HeaderMap;
+
+use super::{VerifyError, any_sha256_match, check_timestamp, required_header};
+
+pub const ID_HEADER: &str = "webhook-id";
+pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
+pub const SIGNATURE_HEADER: &str = "webhook-signature";
+
+/// The key bytes of a `whsec_<base64>` secret; `None` when it is not of that form.
+pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
+    let encoded = secret.strip_prefix("whsec_")?;
+    BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
+}
+
+pub fn verify(
+    secrets: &[Vec<u8>],
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    let id = required_header(headers, ID_HEADER)?;
+    let timestamp = required_header(headers, TIMESTAMP_HEADER)?;
+    let value = required_header(headers, SIGNATURE_HEADER)?;
+    let mut signatures = Vec::new();
+    for entry in value.split_whitespace() {
+        let (version, sig) = entry
+            .split_once(',')
+            .ok_or(VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
+        // Other versions (v1a: asymmetric) are not ours to check; skip them.
+        if version == "v1" {
+            let sig = BASE64
+                .decode(sig)
+                .map_err(|_| VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
+            signatures.push(sig);
+        }
+    }
+    if signatures.is_empty() {
+        return Err(VerifyError::MalformedHeader(SIGNATURE_HEADER));
+    }
+    let signed = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
+    if !any_sha256_match(secrets, &signed, &signatures) {
+        return Err(VerifyError::Mismatch);
+    }
+    check_timestamp(timestamp, TIMESTAMP_HEADER, now, tolerance)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+    use crate::verify::test_support::headers;
+
+    // The Standard Webhooks specification's published test vector.
+    const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const SPEC_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const SPEC_TS: &str = "1614265330";
+    const SPEC_BODY: &[u8] = br#"{"test": 2432232314}"#;
+    const SPEC_SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+    const TOL: Duration = Duration::from_secs(300);
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn spec_headers(sig: &str, ts: &str) -> HeaderMap {
+        headers(&[
+            ("webhook-id", SPEC_ID),
+            ("webhook-timestamp", ts),
+            ("webhook-signature", sig),
+        ])
+    }
+
+    fn key() -> Vec<Vec<u8>> {
+        vec![decode_secret(SPEC_SECRET).unwrap()]
+    }
+
+    #[test]
+    fn accepts_the_spec_vector() {
+        assert_eq!(
+            verify(
+                &key(),
+                &spec_headers(SPEC_SIG, SPEC_TS),
+                SPEC_BODY,
+                at(1_614_265_330),
+                TOL
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn several_signatures_and_unknown_versions() {
+        let sig = format!("v1a,AAAA v1,{} {SPEC_SIG}", "A".repeat(44));
+        assert_eq!(
+            verify(
+                &key(),
+                &spec_headers(&sig, SPEC_TS),
+                SPEC_BODY,
+                at(1_614_265_330),
+                TOL
+            ),
+            Ok(())
+        );
+        let mut rotated = vec![b"another key".to_vec()];
+        rotated.extend(key());
+        assert_eq!(
+            verify(
+                &rotated,
+                &spec_headers(SPEC_SIG, SPEC_TS),
+                SPEC_BODY,
+                at(1_614_265_330),
+                TOL
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn id_and_timestamp_are_signed() {
+        let h = headers(&[
+            ("webhook-id", "msg_other"),
+            ("webhook-timestamp", SPEC_TS),
+            ("webhook-signature", SPEC_SIG),
+        ]);
+        assert_eq!(
+            verify(&key(), &h, SPEC_BODY, at(1_614_265_330), TOL),
+            Err(VerifyError::Mismatch)
+        );
+        let h = spec_headers(SPEC_SIG, "1614265331");
+        assert_eq!(
+            verify(&key(), &h, SPEC_BODY, at(1_614_265_330), TOL),
+            Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn tolerance_both_sides() {
+        let h = spec_headers(SPEC_SIG, SPEC_TS);
+        assert_eq!(
+            verify(&key(), &h, SPEC_BODY, at(1_614_265_631), TOL),
+            Err(VerifyError::StaleTimestamp)
+        );
+        assert_eq!(
+            verify(&key(), &h, SPEC_BODY, at(1_614_265_029), TOL),
+            Err(VerifyError::FutureTimestamp)
+        );
+    }
+
+    #[test]
+    fn malformed_headers_and_secrets() {
+        let now = at(1_614_265_330);
+        for bad in ["", "v1", "v1,!!!", "v2,AAAA"] {
+            assert_eq!(
+                verify(&key(), &spec_headers(bad, SPEC_TS), SPEC_BODY, now, TOL),
+                Err(VerifyError::MalformedHeader(SIGNATURE_HEADER)),
+                "{bad:?}"
+            );
+        }
+        let h = headers(&[
+            ("webhook-timestamp", SPEC_TS),
+            ("webhook-signature", SPEC_SIG),
+        ]);
+        assert_eq!(
+            verify(&key(), &h, SPEC_BODY, now, TOL),
+            Err(VerifyError::MissingHeader(ID_HEADER))
+        );
+        assert_eq!(decode_secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), None);
+        assert_eq!(decode_secret("whsec_***"), None);
+        assert_eq!(decode_secret("whsec_"), None);
+    }
+}
