@@ -623,7 +623,7 @@ routes:
 "#;
 
     fn errors_of(text: &str) -> Vec<(String, String)> {
-        parse(text).err().expect("config should be rejected")
+        parse(text).expect_err("config should be rejected")
     }
 
     #[test]

@@ -242,7 +242,7 @@ pub(crate) mod tests {
         Record {
             seq,
             received_ms: 1_764_000_000_000 + seq,
-            early: seq % 2 == 0,
+            early: seq.is_multiple_of(2),
             pop: "fra1".into(),
             route: "github".into(),
             event_id: event_id.into(),

@@ -1,0 +1,253 @@
+//! Test harness: runs the real `edge` binary on loopback with a generated certificate,
+//! and signs webhooks the way providers do.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+pub const GITHUB_SECRET: &str = "gh-secret";
+pub const GITHUB_OLD_SECRET: &str = "gh-old-secret";
+
+pub struct Edge {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub admin_port: u16,
+    pub config: PathBuf,
+    pub log: PathBuf,
+}
+
+/// A free loopback port (the listener is closed before the edge binds it).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn edge_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_edge")
+}
+
+/// Writes a self-signed certificate for localhost/127.0.0.1 into `dir`.
+pub fn write_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.key_pair.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// The standard test config; `extra_routes` is appended to the routes list and
+/// `spool_extra` to the spool block.
+pub fn config(
+    dir: &Path,
+    port: u16,
+    admin_port: u16,
+    spool_extra: &str,
+    extra_routes: &str,
+) -> String {
+    let (cert, key) = if dir.join("cert.pem").exists() {
+        (dir.join("cert.pem"), dir.join("key.pem"))
+    } else {
+        write_cert(dir)
+    };
+    format!(
+        r#"pop: test
+listen: ["127.0.0.1:{port}"]
+admin_listen: 127.0.0.1:{admin_port}
+drain_grace: 1s
+tls:
+  cert: {cert}
+  key: {key}
+spool:
+  dir: {spool}
+{spool_extra}
+routes:
+  - path: /hooks/github
+    provider: github
+    secrets: ["{GITHUB_SECRET}", "{GITHUB_OLD_SECRET}"]
+    max_body: 64KiB
+{extra_routes}
+"#,
+        cert = cert.display(),
+        key = key.display(),
+        spool = dir.join("spool").display(),
+    )
+}
+
+impl Edge {
+    pub fn start(spool_extra: &str, extra_routes: &str) -> Edge {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin_port) = (free_port(), free_port());
+        let config_path = dir.path().join("edge.yaml");
+        std::fs::write(
+            &config_path,
+            config(dir.path(), port, admin_port, spool_extra, extra_routes),
+        )
+        .unwrap();
+        let mut edge = Edge {
+            child: None,
+            dir,
+            port,
+            admin_port,
+            config: config_path,
+            log: PathBuf::new(),
+        };
+        edge.spawn();
+        edge
+    }
+
+    /// Starts the binary (again) on the same config and spool, and waits for /readyz.
+    pub fn spawn(&mut self) {
+        let runs = std::fs::read_dir(self.dir.path()).unwrap().filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("edge-")
+        });
+        self.log = self.dir.path().join(format!("edge-{}.log", runs.count()));
+        let log = std::fs::File::create(&self.log).unwrap();
+        let child = Command::new(edge_bin())
+            .args(["run", "--config"])
+            .arg(&self.config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.readyz() == Some(200) {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("edge exited with {status}: {}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("edge not ready in time: {}", self.log_text());
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.port)
+    }
+
+    pub fn spool_dir(&self) -> PathBuf {
+        self.dir.path().join("spool")
+    }
+
+    pub fn cert_pem(&self) -> Vec<u8> {
+        std::fs::read(self.dir.path().join("cert.pem")).unwrap()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Status of GET /readyz, or None when the admin port does not answer.
+    pub fn readyz(&self) -> Option<u16> {
+        admin_get(self.admin_port, "/readyz").map(|(status, _)| status)
+    }
+
+    pub fn metrics(&self) -> String {
+        admin_get(self.admin_port, "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A minimal HTTP/1.0 GET against the admin listener.
+pub fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: admin\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+pub fn client(edge: &Edge, http2: bool) -> reqwest::Client {
+    let cert = reqwest::Certificate::from_pem(&edge.cert_pem()).unwrap();
+    let builder = reqwest::Client::builder()
+        .add_root_certificate(cert)
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(128);
+    let builder = if http2 {
+        builder.http2_prior_knowledge()
+    } else {
+        builder.http1_only()
+    };
+    builder.build().unwrap()
+}
+
+pub fn hmac_sha256(secret: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().to_vec()
+}
+
+pub fn github_signature(secret: &str, body: &[u8]) -> String {
+    format!(
+        "sha256={}",
+        hex::encode(hmac_sha256(secret.as_bytes(), &[body]))
+    )
+}
+
+/// A signed GitHub delivery.
+pub fn github_post(
+    client: &reqwest::Client,
+    edge: &Edge,
+    delivery: &str,
+    body: &[u8],
+) -> reqwest::RequestBuilder {
+    client
+        .post(edge.url("/hooks/github"))
+        .header("X-GitHub-Event", "push")
+        .header("X-GitHub-Delivery", delivery)
+        .header("X-Hub-Signature-256", github_signature(GITHUB_SECRET, body))
+        .header("Content-Type", "application/json")
+        .body(body.to_vec())
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}

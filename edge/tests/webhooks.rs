@@ -1,0 +1,549 @@
+//! The real `edge` binary on loopback, driven over HTTPS (h1 and h2, reqwest and curl):
+//! every answer the webhook path gives, de-duplication, metrics, drain and shutdown.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use common::*;
+
+const MORE_ROUTES: &str = r#"  - path: /hooks/stripe
+    provider: stripe
+    secrets: ["whsec_stripe"]
+  - path: /hooks/shopify
+    provider: shopify
+    secrets: ["shpss_secret"]
+  - path: /hooks/slack
+    provider: slack
+    secrets: ["slack-secret"]
+  - path: /hooks/std
+    provider: standard
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+  - path: /hooks/custom
+    provider: hmac
+    secrets: ["custom-secret"]
+    hmac: { header: X-Signature, encoding: base64, id_header: X-Request-Id }
+"#;
+
+fn spool_ids(edge: &Edge) -> Vec<(String, String)> {
+    edge::spool::dump(&edge.spool_dir())
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.route, r.event_id))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn github_over_h1_and_h2_is_stored_then_acknowledged() {
+    let edge = Edge::start("", "");
+    for (http2, delivery) in [(false, "d-h1"), (true, "d-h2")] {
+        let response = github_post(&client(&edge, http2), &edge, delivery, br#"{"zen":"hi"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202, "http2={http2}");
+        let expected = if http2 {
+            reqwest::Version::HTTP_2
+        } else {
+            reqwest::Version::HTTP_11
+        };
+        assert_eq!(response.version(), expected);
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["duplicate"], false);
+    }
+    let records = edge::spool::dump(&edge.spool_dir()).unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].body, br#"{"zen":"hi"}"#);
+    assert_eq!(
+        (records[0].pop.as_str(), records[0].route.as_str()),
+        ("test", "hooks_github")
+    );
+    let kept: Vec<&str> = records[0].headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        kept.contains(&"x-github-event") && kept.contains(&"x-hub-signature-256"),
+        "{kept:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rotated_secret_is_accepted() {
+    let edge = Edge::start("", "");
+    let body = b"{}";
+    let response = client(&edge, false)
+        .post(edge.url("/hooks/github"))
+        .header("X-GitHub-Delivery", "rotated")
+        .header(
+            "X-Hub-Signature-256",
+            github_signature(GITHUB_OLD_SECRET, body),
+        )
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_refusal_has_its_status() {
+    let edge = Edge::start("", "");
+    let c = client(&edge, false);
+    let url = edge.url("/hooks/github");
+
+    let r = c
+        .post(&url)
+        .header("X-GitHub-Delivery", "x")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("missing header x-hub-signature-256")
+    );
+
+    let sig = github_signature("wrong", b"{}");
+    let r = c
+        .post(&url)
+        .header("X-GitHub-Delivery", "x")
+        .header("X-Hub-Signature-256", sig)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("no signature matches") && !text.contains(GITHUB_SECRET),
+        "{text}"
+    );
+
+    let r = c
+        .post(&url)
+        .header(
+            "X-Hub-Signature-256",
+            github_signature(GITHUB_SECRET, b"{}"),
+        )
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        400,
+        "a verified request without X-GitHub-Delivery is malformed"
+    );
+
+    let r = c
+        .post(edge.url("/hooks/nope"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    let r = c.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "POST");
+
+    let big = vec![b'x'; 64 * 1024 + 1];
+    let r = github_post(&c, &edge, "big", &big).send().await.unwrap();
+    assert_eq!(r.status(), 413, "declared Content-Length over max_body");
+
+    let r = github_post(&client(&edge, false), &edge, "huge-headers", b"{}")
+        .header("X-Padding", "p".repeat(20 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 431);
+
+    assert!(spool_ids(&edge).is_empty(), "nothing refused may be stored");
+    let metrics = edge.metrics();
+    for needle in [
+        r#"edge_requests_total{pop="test",route="hooks_github",status="401"} 2"#,
+        r#"edge_verify_failures_total{pop="test",route="hooks_github",reason="mismatch"} 1"#,
+        r#"edge_requests_total{pop="test",route="hooks_github",status="413"} 1"#,
+        r#"edge_rejected_total{pop="test",reason="unknown_path"} 1"#,
+        r#"edge_rejected_total{pop="test",reason="header_too_large"} 1"#,
+    ] {
+        assert!(metrics.contains(needle), "missing {needle} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicates_are_acknowledged_once_stored_once() {
+    let edge = Edge::start("", "");
+    let c = client(&edge, true);
+    let mut answers = Vec::new();
+    let sends: Vec<_> = (0..8)
+        .map(|_| github_post(&c, &edge, "same-delivery", b"{\"a\":1}").send())
+        .collect();
+    for response in futures_join(sends).await {
+        let response = response.unwrap();
+        assert_eq!(response.status(), 202);
+        let body: serde_json::Value = response.json().await.unwrap();
+        answers.push(body["duplicate"].as_bool().unwrap());
+    }
+    assert_eq!(
+        answers.iter().filter(|d| !**d).count(),
+        1,
+        "exactly one store: {answers:?}"
+    );
+    assert_eq!(
+        spool_ids(&edge),
+        vec![("hooks_github".to_owned(), "same-delivery".to_owned())]
+    );
+    assert!(
+        edge.metrics()
+            .contains(r#"edge_duplicates_total{pop="test",route="hooks_github"} 7"#)
+    );
+}
+
+async fn futures_join<F>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for handle in handles {
+        out.push(handle.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_provider_scheme_end_to_end() {
+    let edge = Edge::start("", MORE_ROUTES);
+    let c = client(&edge, false);
+    let now = unix_now();
+
+    let body = br#"{"id":"evt_123","object":"event"}"#;
+    let sig = hex::encode(hmac_sha256(
+        b"whsec_stripe",
+        &[now.to_string().as_bytes(), b".", body],
+    ));
+    let r = c
+        .post(edge.url("/hooks/stripe"))
+        .header("Stripe-Signature", format!("t={now},v1={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let stale = now - 301;
+    let sig = hex::encode(hmac_sha256(
+        b"whsec_stripe",
+        &[stale.to_string().as_bytes(), b".", body],
+    ));
+    let r = c
+        .post(edge.url("/hooks/stripe"))
+        .header("Stripe-Signature", format!("t={stale},v1={sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("too old"));
+
+    let body = br#"{"id":1}"#;
+    let sig = BASE64.encode(hmac_sha256(b"shpss_secret", &[body]));
+    let r = c
+        .post(edge.url("/hooks/shopify"))
+        .header("X-Shopify-Hmac-Sha256", sig)
+        .header("X-Shopify-Webhook-Id", "shop-1")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "shopify acknowledges with 200");
+
+    let body = br#"{"type":"event_callback","event_id":"Ev1"}"#;
+    let ts = now.to_string();
+    let sig = format!(
+        "v0={}",
+        hex::encode(hmac_sha256(
+            b"slack-secret",
+            &[b"v0:", ts.as_bytes(), b":", body]
+        ))
+    );
+    let r = c
+        .post(edge.url("/hooks/slack"))
+        .header("X-Slack-Signature", &sig)
+        .header("X-Slack-Request-Timestamp", &ts)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let challenge = br#"{"type":"url_verification","challenge":"chal-42","token":"t"}"#;
+    let sig = format!(
+        "v0={}",
+        hex::encode(hmac_sha256(
+            b"slack-secret",
+            &[b"v0:", ts.as_bytes(), b":", challenge]
+        ))
+    );
+    let r = c
+        .post(edge.url("/hooks/slack"))
+        .header("X-Slack-Signature", &sig)
+        .header("X-Slack-Request-Timestamp", &ts)
+        .body(challenge.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "chal-42");
+
+    let key = BASE64.decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+    let body = br#"{"type":"x"}"#;
+    let sig = BASE64.encode(hmac_sha256(&key, &[b"msg_9.", ts.as_bytes(), b".", body]));
+    let r = c
+        .post(edge.url("/hooks/std"))
+        .header("webhook-id", "msg_9")
+        .header("webhook-timestamp", &ts)
+        .header("webhook-signature", format!("v1,{sig}"))
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+
+    let body = b"plain";
+    let sig = BASE64.encode(hmac_sha256(b"custom-secret", &[body]));
+    let r = c
+        .post(edge.url("/hooks/custom"))
+        .header("X-Signature", sig)
+        .header("X-Request-Id", "req-7")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+
+    let mut ids = spool_ids(&edge);
+    ids.sort();
+    let expected: Vec<(String, String)> = [
+        ("hooks_custom", "req-7"),
+        ("hooks_shopify", "shop-1"),
+        ("hooks_slack", "Ev1"),
+        ("hooks_std", "msg_9"),
+        ("hooks_stripe", "evt_123"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(
+        ids, expected,
+        "the url_verification challenge is answered, not stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn full_spool_answers_503_with_retry_after_and_writes_nothing_partial() {
+    let edge = Edge::start(
+        "  max_bytes: 2MiB\n  segment_bytes: 1MiB",
+        "  - path: /hooks/big\n    provider: github\n    secrets: [\"big\"]\n    max_body: 512KiB\n",
+    );
+    let c = client(&edge, false);
+    let body = vec![b'z'; 500 * 1024];
+    let sig = github_signature("big", &body);
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let r = c
+            .post(edge.url("/hooks/big"))
+            .header("X-GitHub-Delivery", format!("big-{i}"))
+            .header("X-Hub-Signature-256", &sig)
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+        if r.status() == 503 {
+            let retry: u64 = r.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!((5..15).contains(&retry));
+        }
+    }
+    assert_eq!(statuses[..3], [202, 202, 202], "{statuses:?}");
+    assert_eq!(*statuses.last().unwrap(), 503, "{statuses:?}");
+    let stored = statuses.iter().filter(|s| **s == 202).count();
+    assert_eq!(spool_ids(&edge).len(), stored);
+    let total: u64 = std::fs::read_dir(edge.spool_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "seg"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(
+        total <= 2 << 20,
+        "spool holds {total} bytes, over max_bytes"
+    );
+    assert_eq!(
+        edge.readyz(),
+        Some(503),
+        "over the high-water mark the PoP is not ready"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_posts_over_http1_and_http2() {
+    let edge = Edge::start("", "");
+    let cert = edge.dir.path().join("cert.pem");
+    let body = r#"{"via":"curl"}"#;
+    for (flag, delivery) in [("--http1.1", "curl-1"), ("--http2", "curl-2")] {
+        let output = Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{http_version}",
+                flag,
+                "--cacert",
+            ])
+            .arg(&cert)
+            .args(["-H", &format!("X-GitHub-Delivery: {delivery}")])
+            .args([
+                "-H",
+                &format!(
+                    "X-Hub-Signature-256: {}",
+                    github_signature(GITHUB_SECRET, body.as_bytes())
+                ),
+            ])
+            .args(["--data-binary", body, &edge.url("/hooks/github")])
+            .output()
+            .expect("curl is installed by the test setup");
+        let out = String::from_utf8_lossy(&output.stdout);
+        let expected_version = if flag == "--http2" { "2" } else { "1.1" };
+        assert_eq!(
+            out,
+            format!("202 {expected_version}"),
+            "{flag}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // Without a Content-Length the edge must stop reading at max_body.
+    let big = edge.dir.path().join("big.json");
+    std::fs::write(&big, vec![b'y'; 200 * 1024]).unwrap();
+    let output = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--http1.1",
+            "--cacert",
+        ])
+        .arg(&cert)
+        .args([
+            "-H",
+            "Transfer-Encoding: chunked",
+            "-H",
+            "X-GitHub-Delivery: chunked",
+        ])
+        .args([
+            "-H",
+            &format!(
+                "X-Hub-Signature-256: {}",
+                github_signature(GITHUB_SECRET, b"x")
+            ),
+        ])
+        .arg("--data-binary")
+        .arg(format!("@{}", big.display()))
+        .arg(edge.url("/hooks/github"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "413");
+    assert_eq!(spool_ids(&edge).len(), 2);
+    let metrics = edge.metrics();
+    assert!(
+        metrics.contains(r#"edge_tls_handshakes_total{pop="test",version="1.3",resumed="false"}"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_then_exits_cleanly() {
+    let mut edge = Edge::start("", "");
+    let c = client(&edge, false);
+    assert_eq!(
+        github_post(&c, &edge, "before", b"{}")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(edge.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        edge.readyz(),
+        Some(503),
+        "readyz fails at once when draining"
+    );
+    let during = github_post(&c, &edge, "during-grace", b"{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(during.status(), 202, "still serving during drain_grace");
+    let status = edge.child.take().unwrap().wait().unwrap();
+    assert!(status.success(), "exit status {status}");
+    assert_eq!(spool_ids(&edge).len(), 2);
+    let log = edge.log_text();
+    assert!(
+        log.contains("draining") && log.contains("edge stopped"),
+        "{log}"
+    );
+}
+
+#[test]
+fn check_config_names_the_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    let text = config(dir.path(), 1, 2, "", "")
+        .replace(r#"secrets: ["gh-secret", "gh-old-secret"]"#, "secrets: []");
+    std::fs::write(&path, text).unwrap();
+    let output = Command::new(edge_bin())
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: routes[0].secrets: must not be empty",
+            path.display()
+        )),
+        "{stderr}"
+    );
+
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, config(dir.path(), 1, 2, "", "")).unwrap();
+    let output = Command::new(edge_bin())
+        .args(["check-config", "--config"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let version = Command::new(edge_bin()).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("edge "));
+}
