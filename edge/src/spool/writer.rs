@@ -97,8 +97,9 @@ impl Writer {
     }
 
     /// Gathers the first command and everything queued behind it. When the previous
-    /// batch had company (concurrent senders), lingers up to `max_batch_delay` for more:
-    /// a lone sender is never delayed.
+    /// batch had company (concurrent senders), lingers up to `max_batch_delay` for more,
+    /// but only until this batch is as large as the previous one: a lone sender is never
+    /// delayed, and a steady set of senders that are all here already is not either.
     fn collect_batch(
         &self,
         first: Command,
@@ -121,10 +122,10 @@ impl Writer {
             next = match commands.try_recv() {
                 Ok(command) => Some(command),
                 Err(_) => match linger_until {
-                    Some(until) => until
+                    Some(until) if appends.len() < self.last_batch_len => until
                         .checked_duration_since(Instant::now())
                         .and_then(|left| commands.recv_timeout(left).ok()),
-                    None => None,
+                    _ => None,
                 },
             };
         }

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Benchmark: the edge's full path (verify + group-commit fdatasync + 202) against nginx
+# answering `return 202;`, side by side in one run: TLS 1.3, keep-alive, 1 KiB signed
+# GitHub POSTs with distinct delivery ids, wrk -t2 -c64. Rounds alternate which server
+# goes first; medians and the edge/nginx ratios are printed, plus the edge's peak RSS.
+#   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 lab/bench/edge-vs-nginx.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-2}
+EDGE_PORT=18443 ADMIN_PORT=19180 NGINX_PORT=18444
+
+lab/setup.sh >/dev/null
+cargo build --release -p edge >/dev/null 2>&1 || cargo build --release -p edge
+
+# On disk, not tmpfs: the edge's fdatasync must be real.
+work=$(mktemp -d /var/tmp/edge-bench.XXXXXX)
+edge_pid="" nginx_pid=""
+cleanup() {
+    [ -n "$edge_pid" ] && kill "$edge_pid" 2>/dev/null && wait "$edge_pid" 2>/dev/null
+    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+    -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+
+cat > "$work/edge.yaml" <<YAML
+pop: bench
+listen: ["127.0.0.1:$EDGE_PORT"]
+admin_listen: 127.0.0.1:$ADMIN_PORT
+drain_grace: 0s
+tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
+spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB }
+routes:
+  - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
+YAML
+
+mkdir -p "$work/nginx"
+cat > "$work/nginx.conf" <<CONF
+worker_processes auto;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$NGINX_PORT ssl;
+        ssl_protocols TLSv1.3;
+        ssl_certificate $work/cert.pem;
+        ssl_certificate_key $work/key.pem;
+        location / { return 202; }
+    }
+}
+CONF
+
+python3 - "$work/body.json" <<'PY'
+import json, sys
+body = {"ref": "refs/heads/main", "repository": {"full_name": "acme/webhooks"}, "pusher": {"name": "bench"}}
+body["padding"] = "x" * (1024 - len(json.dumps({**body, "padding": ""})))
+open(sys.argv[1], "w").write(json.dumps(body))
+PY
+sig="sha256=$(openssl dgst -sha256 -hmac bench-secret < "$work/body.json" | awk '{print $NF}')"
+
+target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
+edge_pid=$!
+nginx -c "$work/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr.log" &
+nginx_pid=$!
+for _ in $(seq 100); do
+    curl -sf "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && curl -sfk -o /dev/null "https://127.0.0.1:$NGINX_PORT/" -X POST && break
+    sleep 0.1
+done
+
+run_wrk() { # name port round
+    BODY_FILE="$work/body.json" SIG="$sig" RUN="$1-$3-$RANDOM" \
+        wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "https://127.0.0.1:$2/hooks/github" \
+        | grep '^RESULT' | sed "s/^RESULT/$1/"
+}
+
+results="$work/results.txt"
+for round in $(seq "$ROUNDS"); do
+    if [ $((round % 2)) -eq 1 ]; then order="nginx edge"; else order="edge nginx"; fi
+    for name in $order; do
+        if [ "$name" = edge ]; then port=$EDGE_PORT; else port=$NGINX_PORT; fi
+        line=$(run_wrk "$name" "$port" "$round")
+        echo "round $round: $line"
+        echo "$line" >> "$results"
+    done
+done
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { grep "^$1 " "$results" | grep -o "$2=[0-9.]*" | cut -d= -f2; }
+edge_rps=$(field edge rps | median); nginx_rps=$(field nginx rps | median)
+edge_p99=$(field edge p99_us | median); nginx_p99=$(field nginx p99_us | median)
+edge_bad=$(field edge non2xx | awk '{s+=$1} END {print s+0}')
+rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$edge_pid/status")
+stored=$(curl -s "127.0.0.1:$ADMIN_PORT/metrics" | awk '/^edge_spool_appends_total.*reason="stored"/ {print $NF}')
+metrics=$(curl -s "127.0.0.1:$ADMIN_PORT/metrics")
+mean_of() { echo "$metrics" | awk -v m="$1" -v k="$2" '$1 ~ "^"m"_sum" {s=$NF} $1 ~ "^"m"_count" {c=$NF} END {if (c) printf "%.2f", s/c*k}'; }
+mean_batch=$(mean_of edge_spool_batch_records 1)
+mean_fsync=$(mean_of edge_spool_fsync_seconds 1000)
+
+awk -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" \
+    -v rss="$rss_kb" -v stored="${stored:-?}" -v batch="${mean_batch:-?}" -v fsync="${mean_fsync:-?}" -v rounds="$ROUNDS" 'BEGIN {
+    printf "\nmedians of %d alternating rounds\n", rounds
+    printf "edge  (verify + fsync + 202): %8.0f req/s  p99 %6.2f ms  non-2xx %d\n", er, ep / 1000, bad
+    printf "nginx (return 202):           %8.0f req/s  p99 %6.2f ms\n", nr, np / 1000
+    printf "ratio edge/nginx: req/s %.2f  p99 %.2f\n", er / nr, ep / np
+    printf "edge peak RSS %.1f MB; events stored durably %s; mean group-commit batch %s records, mean fdatasync %s ms\n", rss / 1024, stored, batch, fsync
+}'

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what it needs, checks formatting and
+# lints, builds once in release and runs every test (unit, integration, crash) with it.
+# Ends with one summary line: "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+
+lab/setup.sh || exit 1
+cargo fmt --all -- --check || { echo "0 passed, 1 failed: cargo fmt --check"; exit 1; }
+cargo clippy --release --workspace --all-targets -- -D warnings || { echo "0 passed, 1 failed: clippy"; exit 1; }
+
+mkdir -p target
+log=target/test.log
+cargo test --release --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+
+passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo 'test result: .*' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "tests finished in $(( $(date +%s) - started ))s"
+echo "$passed passed, $failed failed"
+exit "$status"
