@@ -5,9 +5,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
 use super::{App, RouteEntry};
@@ -59,15 +59,16 @@ async fn handle_route(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > route.max_body) {
+    // Far too large to be worth draining: answer at once (the client may see a reset).
+    if declared.is_some_and(|len| len > route.max_body + OVERSIZE_DRAIN_BYTES) {
         return too_large(route.max_body);
     }
     let received_ms = now_ms();
     let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, route.max_body as usize).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => return too_large(route.max_body),
-        Err(e) => {
+    let body = match read_body(body, route.max_body).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => return too_large(route.max_body),
+        Err(BodyError::Broken(e)) => {
             tracing::debug!(route = %entry.name, error = %e, "request body not received whole");
             return json(
                 StatusCode::BAD_REQUEST,
@@ -145,6 +146,39 @@ async fn handle_route(
     }
 }
 
+enum BodyError {
+    TooLarge,
+    Broken(hyper::Error),
+}
+
+/// Collects the body up to `limit` bytes. Past the limit nothing more is kept; a bounded
+/// amount is still read and discarded so a client that is still sending gets the 413
+/// instead of a connection reset.
+async fn read_body(mut body: Incoming, limit: u64) -> Result<Bytes, BodyError> {
+    let mut collected = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(BodyError::Broken)?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if collected.len() as u64 + data.len() as u64 > limit {
+            let mut discarded = 0u64;
+            let drain = async {
+                while let Some(Ok(frame)) = body.frame().await {
+                    discarded += frame.data_ref().map_or(0, |d| d.len() as u64);
+                    if discarded > OVERSIZE_DRAIN_BYTES {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(OVERSIZE_DRAIN_TIME, drain).await;
+            return Err(BodyError::TooLarge);
+        }
+        collected.extend_from_slice(&data);
+    }
+    Ok(collected.freeze())
+}
+
 fn ack(status: StatusCode, seq: u64, duplicate: bool) -> Response<ResponseBody> {
     json(
         status,
@@ -180,3 +214,6 @@ fn now_ms() -> u64 {
         .unwrap_or_default()
         .as_millis() as u64
 }
+
+const OVERSIZE_DRAIN_BYTES: u64 = 1 << 20;
+const OVERSIZE_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(1);
