@@ -212,3 +212,219 @@ pub fn dump(dir: &std::path::Path) -> std::io::Result<Vec<record::Record>> {
     }
     Ok(records)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn settings(dir: &std::path::Path) -> SpoolSettings {
+        SpoolSettings {
+            dir: dir.to_owned(),
+            max_bytes: 1 << 20,
+            segment_bytes: 4096,
+            max_batch_delay: Duration::from_millis(1),
+            high_water: 0.9,
+        }
+    }
+
+    fn open(dir: &std::path::Path) -> (Spool, RecoveryReport) {
+        let windows = HashMap::from([("r".to_owned(), 100)]);
+        Spool::open(
+            &settings(dir),
+            "pop1",
+            windows,
+            Arc::new(Metrics::new("pop1")),
+        )
+        .unwrap()
+    }
+
+    fn event(id: &str, body_len: usize) -> NewEvent {
+        NewEvent {
+            received_ms: 1,
+            early: false,
+            route: Arc::from("r"),
+            event_id: id.to_owned(),
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+            body: Bytes::from(vec![b'b'; body_len]),
+        }
+    }
+
+    fn segment_files(dir: &std::path::Path) -> Vec<PathBuf> {
+        list_segments(dir)
+            .unwrap()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn append_read_checkpoint_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, report) = open(dir.path());
+        assert_eq!(
+            (report.next_seq, report.checkpoint),
+            (1, 0),
+            "no checkpoint yet: start at 1"
+        );
+        for i in 0..20 {
+            assert_eq!(
+                spool.append(event(&format!("e{i}"), 700)).await,
+                Ok(Appended::Stored { seq: i + 1 })
+            );
+        }
+        assert_eq!(
+            spool.append(event("e3", 700)).await,
+            Ok(Appended::Duplicate { seq: 4 })
+        );
+        assert!(segment_files(dir.path()).len() > 2, "4 KiB segments roll");
+
+        let mut reader = spool.reader();
+        let first = reader.read_batch(7).unwrap();
+        assert_eq!(
+            first.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=7).collect::<Vec<_>>()
+        );
+        let rest = reader.read_batch(100).unwrap();
+        assert_eq!(
+            rest.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (8..=20).collect::<Vec<_>>()
+        );
+        assert!(reader.read_batch(100).unwrap().is_empty(), "caught up");
+        assert_eq!(
+            (rest[0].pop.as_str(), rest[0].event_id.as_str()),
+            ("pop1", "e7")
+        );
+
+        let before = segment_files(dir.path()).len();
+        spool.advance_checkpoint(12).await.unwrap();
+        let after = segment_files(dir.path());
+        assert!(after.len() < before, "delivered segments are deleted");
+        assert!(
+            spool
+                .reader()
+                .read_batch(100)
+                .unwrap()
+                .iter()
+                .all(|r| r.seq > 12)
+        );
+        assert_eq!(spool.reader().read_batch(1).unwrap()[0].seq, 13);
+
+        let waiter = spool.wait_durable_after(20);
+        let appended = spool.append(event("e20", 10));
+        let (_, stored) = tokio::join!(waiter, appended);
+        assert_eq!(stored, Ok(Appended::Stored { seq: 21 }));
+        spool.close();
+
+        let (spool, report) = open(dir.path());
+        assert_eq!((report.checkpoint, report.next_seq), (12, 22));
+        assert_eq!(
+            spool.append(event("e19", 1)).await,
+            Ok(Appended::Duplicate { seq: 20 }),
+            "window rebuilt"
+        );
+        assert_eq!(
+            spool.append(event("new", 1)).await,
+            Ok(Appended::Stored { seq: 22 })
+        );
+        let unread = spool.reader().read_batch(100).unwrap();
+        assert_eq!(unread.first().map(|r| r.seq), Some(13));
+        assert_eq!(unread.last().map(|r| r.seq), Some(22));
+        spool.close();
+    }
+
+    #[tokio::test]
+    async fn a_second_process_cannot_open_the_same_spool() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = open(dir.path());
+        let windows = HashMap::new();
+        let second = Spool::open(
+            &settings(dir.path()),
+            "p",
+            windows,
+            Arc::new(Metrics::new("p")),
+        );
+        assert!(
+            second
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("locked by another process")
+        );
+        spool.close();
+    }
+
+    #[tokio::test]
+    async fn full_spool_refuses_whole_records_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = open(dir.path());
+        let mut stored = 0;
+        let mut refused = 0;
+        for i in 0..400 {
+            match spool.append(event(&format!("f{i}"), 3000)).await {
+                Ok(Appended::Stored { .. }) => stored += 1,
+                Err(AppendError::Full) => refused += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            stored > 200 && refused > 0,
+            "stored {stored} refused {refused}"
+        );
+        assert_eq!(
+            spool.unready_reason(),
+            Some("spool over its high-water mark")
+        );
+        let on_disk: u64 = segment_files(dir.path())
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        assert!(on_disk <= 1 << 20, "{on_disk} bytes on disk");
+        spool.close();
+        assert_eq!(dump(dir.path()).unwrap().len(), stored);
+    }
+
+    #[tokio::test]
+    async fn recovery_repairs_an_empty_newest_segment_and_cuts_a_flipped_last_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = open(dir.path());
+        for i in 0..3 {
+            spool.append(event(&format!("g{i}"), 100)).await.unwrap();
+        }
+        spool.close();
+        // Flip a byte in the middle of the last record.
+        let newest = segment_files(dir.path()).pop().unwrap();
+        let mut bytes = std::fs::read(&newest).unwrap();
+        let middle = bytes.len() - 60;
+        bytes[middle] ^= 0x10;
+        std::fs::write(&newest, &bytes).unwrap();
+        let (spool, report) = open(dir.path());
+        assert_eq!(report.cut.len(), 1);
+        assert_eq!(report.records, 2);
+        assert_eq!(
+            spool.append(event("g2", 100)).await,
+            Ok(Appended::Stored { seq: 3 }),
+            "the cut record was never durable-acked"
+        );
+        spool.close();
+
+        // A crash right after creating a segment leaves an empty file as the newest.
+        std::fs::File::create(segment_path(dir.path(), 4)).unwrap();
+        let (spool, report) = open(dir.path());
+        assert_eq!(report.cut.len(), 1, "{:?}", report.cut);
+        assert_eq!(
+            spool.append(event("g3", 100)).await,
+            Ok(Appended::Stored { seq: 4 })
+        );
+        spool.close();
+        assert_eq!(
+            dump(dir.path())
+                .unwrap()
+                .iter()
+                .map(|r| r.seq)
+                .collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
+    }
+}
