@@ -101,7 +101,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     {
         tracing::warn!("connections still open after shutdown_timeout; closing them");
     }
-    spool.close();
+    spool.close().await;
     tracing::info!("edge stopped");
     Ok(())
 }

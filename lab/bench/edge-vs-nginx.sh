@@ -3,7 +3,7 @@
 # answering `return 202;`, side by side in one run: TLS 1.3, keep-alive, 1 KiB signed
 # GitHub POSTs with distinct delivery ids, wrk -t2 -c64. Rounds alternate which server
 # goes first; medians and the edge/nginx ratios are printed, plus the edge's peak RSS.
-#   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 lab/bench/edge-vs-nginx.sh
+#   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 BATCH_DELAY=1ms lab/bench/edge-vs-nginx.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
@@ -34,7 +34,7 @@ listen: ["127.0.0.1:$EDGE_PORT"]
 admin_listen: 127.0.0.1:$ADMIN_PORT
 drain_grace: 0s
 tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
-spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB }
+spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB, max_batch_delay: ${BATCH_DELAY:-1ms} }
 routes:
   - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
 YAML

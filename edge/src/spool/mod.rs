@@ -1,6 +1,6 @@
 //! The spool: the PoP's durable queue on local disk. Every acknowledged webhook is a
 //! record here, fsynced before the 2xx leaves. Segmented append-only files, one writer
-//! thread doing group commit (one fdatasync per batch of concurrent appends), recovery
+//! task doing group commit (one fdatasync per batch of concurrent appends), recovery
 //! at start, a checkpoint the backhaul advances, and a reader for the backhaul.
 
 pub mod checkpoint;
@@ -14,11 +14,11 @@ mod writer;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 pub use reader::SpoolReader;
 pub use recovery::RecoveryReport;
@@ -59,12 +59,12 @@ pub enum AppendError {
 
 /// Handle to the spool; cheap to share behind an `Arc`.
 pub struct Spool {
-    commands: mpsc::Sender<writer::Command>,
+    commands: mpsc::UnboundedSender<writer::Command>,
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// State the writer thread publishes to everyone else.
+/// State the writer publishes to everyone else.
 #[derive(Debug)]
 pub(crate) struct Shared {
     dir: PathBuf,
@@ -78,7 +78,8 @@ pub(crate) struct Shared {
 }
 
 impl Spool {
-    /// Opens (and recovers) the spool in `settings.dir`, then starts the writer thread.
+    /// Opens (and recovers) the spool in `settings.dir`, then starts the writer task on
+    /// the current tokio runtime.
     /// `windows` is each route's de-duplication window.
     pub fn open(
         settings: &SpoolSettings,
@@ -97,19 +98,15 @@ impl Spool {
             failed: AtomicBool::new(false),
             durable: Notify::new(),
         });
-        let (commands, rx) = mpsc::channel();
+        let (commands, rx) = mpsc::unbounded_channel();
         let writer = writer::Writer::new(settings, pop, recovered, Arc::clone(&shared), metrics);
-        let thread = std::thread::Builder::new()
-            .name("spool-writer".into())
-            .spawn(move || writer.run(rx))?;
-        Ok((
-            Spool {
-                commands,
-                shared,
-                thread: Mutex::new(Some(thread)),
-            },
-            report,
-        ))
+        let task = tokio::spawn(tracing::Instrument::in_current_span(writer.run(rx)));
+        let spool = Spool {
+            commands,
+            shared,
+            task: Mutex::new(Some(task)),
+        };
+        Ok((spool, report))
     }
 
     /// Stores the event; resolves once it is durable (or known to be a duplicate of a
@@ -165,12 +162,12 @@ impl Spool {
         self.shared.durable_seq.load(Ordering::Acquire)
     }
 
-    /// Stops the writer after it has finished (and synced) everything queued.
-    pub fn close(&self) {
+    /// Stops the writer after it has finished (and synced) everything queued before.
+    pub async fn close(&self) {
         let _ = self.commands.send(writer::Command::Shutdown);
-        let thread = self.thread.lock().expect("spool thread lock").take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
+        let task = self.task.lock().expect("spool task lock").take();
+        if let Some(task) = task {
+            let _ = task.await;
         }
     }
 }
@@ -315,7 +312,7 @@ mod tests {
         let appended = spool.append(event("e20", 10));
         let (_, stored) = tokio::join!(waiter, appended);
         assert_eq!(stored, Ok(Appended::Stored { seq: 21 }));
-        spool.close();
+        spool.close().await;
 
         let (spool, report) = open(dir.path());
         assert_eq!((report.checkpoint, report.next_seq), (12, 22));
@@ -331,7 +328,7 @@ mod tests {
         let unread = spool.reader().read_batch(100).unwrap();
         assert_eq!(unread.first().map(|r| r.seq), Some(13));
         assert_eq!(unread.last().map(|r| r.seq), Some(22));
-        spool.close();
+        spool.close().await;
     }
 
     #[tokio::test]
@@ -352,7 +349,7 @@ mod tests {
                 .to_string()
                 .contains("locked by another process")
         );
-        spool.close();
+        spool.close().await;
     }
 
     #[tokio::test]
@@ -381,7 +378,7 @@ mod tests {
             .map(|p| std::fs::metadata(p).unwrap().len())
             .sum();
         assert!(on_disk <= 1 << 20, "{on_disk} bytes on disk");
-        spool.close();
+        spool.close().await;
         assert_eq!(dump(dir.path()).unwrap().len(), stored);
     }
 
@@ -392,7 +389,7 @@ mod tests {
         for i in 0..3 {
             spool.append(event(&format!("g{i}"), 100)).await.unwrap();
         }
-        spool.close();
+        spool.close().await;
         // Flip a byte in the middle of the last record.
         let newest = segment_files(dir.path()).pop().unwrap();
         let mut bytes = std::fs::read(&newest).unwrap();
@@ -407,7 +404,7 @@ mod tests {
             Ok(Appended::Stored { seq: 3 }),
             "the cut record was never durable-acked"
         );
-        spool.close();
+        spool.close().await;
 
         // A crash right after creating a segment leaves an empty file as the newest.
         std::fs::File::create(segment_path(dir.path(), 4)).unwrap();
@@ -417,7 +414,7 @@ mod tests {
             spool.append(event("g3", 100)).await,
             Ok(Appended::Stored { seq: 4 })
         );
-        spool.close();
+        spool.close().await;
         assert_eq!(
             dump(dir.path())
                 .unwrap()
