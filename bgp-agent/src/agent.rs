@@ -1,0 +1,291 @@
+//! `bgp-agent run`: every round, run the checks, feed the hysteresis, consult the peer
+//! guard before a health withdraw, and make the speaker carry the decision. Serves
+//! `/status` (JSON) and `/metrics` on the admin listener.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::checks::{self, Outcome};
+use crate::config::{CheckClass, Config};
+use crate::guard;
+use crate::hysteresis::{Change, Machine, Route, Why};
+use crate::metrics::{
+    ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, SpeakerLabel,
+};
+use crate::speaker::Speaker;
+
+/// What `bgp-agent status` and the peer guard read.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Status {
+    pub pop: String,
+    pub route: Route,
+    pub why: Why,
+    pub penalty: f64,
+    pub suppressed: bool,
+    pub drained: bool,
+    pub transitions: u64,
+    pub speaker: &'static str,
+    pub last_change_unix_ms: Option<u64>,
+    pub last_speaker_error: Option<String>,
+    pub checks: Vec<Outcome>,
+}
+
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new(&config.pop));
+    std::fs::create_dir_all(&config.state_dir)
+        .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+    let mut speaker = Speaker::new(&config.speaker, config.prefixes.clone());
+    let status = Arc::new(Mutex::new(Status {
+        pop: config.pop.clone(),
+        route: Route::Withdrawn,
+        why: Why::Starting,
+        penalty: 0.0,
+        suppressed: false,
+        drained: false,
+        transitions: 0,
+        speaker: speaker.kind(),
+        last_change_unix_ms: None,
+        last_speaker_error: None,
+        checks: Vec::new(),
+    }));
+    let admin = tokio::net::TcpListener::bind(config.admin_listen)
+        .await
+        .with_context(|| format!("admin_listen {}", config.admin_listen))?;
+    tokio::spawn(serve_admin(
+        admin,
+        Arc::clone(&status),
+        Arc::clone(&metrics),
+    ));
+
+    // Start withdrawn and make the daemon agree: a predecessor that died may have left
+    // the prefix announced.
+    let mut applied = None;
+    apply(
+        &mut speaker,
+        Route::Withdrawn,
+        &mut applied,
+        &metrics,
+        &status,
+        &config,
+    )
+    .await;
+
+    let mut machine = Machine::new(config.policy());
+    let origin = Instant::now();
+    let mut drained = false;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut previous: Vec<Option<bool>> = vec![None; config.checks.len()];
+    tracing::info!(prefixes = ?config.prefixes, speaker = speaker.kind(), "bgp-agent started withdrawn");
+    loop {
+        let outcomes = futures::future::join_all(config.checks.iter().map(checks::run)).await;
+        for (i, outcome) in outcomes.iter().enumerate() {
+            record_check(&metrics, outcome);
+            if previous[i] != Some(outcome.ok) {
+                tracing::info!(check = %outcome.name, class = ?outcome.class, ok = outcome.ok, detail = %outcome.detail, "check changed");
+                previous[i] = Some(outcome.ok);
+            }
+        }
+        let healthy = outcomes
+            .iter()
+            .filter(|o| o.class == CheckClass::Local)
+            .all(|o| o.ok);
+        let now = origin.elapsed();
+        let drain_requested = config.drain_flag().exists();
+        let mut change = None;
+        if drain_requested != drained {
+            drained = drain_requested;
+            tracing::warn!(drained, "drain flag changed");
+            change = machine.set_drained(now, drained);
+        }
+        change = change.or(machine.observe(now, healthy));
+        if change == Some(Change::Withdraw)
+            && !drained
+            && let Some(guard) = &config.guard
+        {
+            let (allowed, announcing) = guard::allows_withdraw(guard).await;
+            if !allowed {
+                machine.withdraw_vetoed();
+                metrics.guard_blocked.inc();
+                tracing::error!(
+                    announcing,
+                    minimum = guard.min_other_pops_announcing,
+                    "GUARD: local checks fail but too few other PoPs announce; staying announced"
+                );
+                change = None;
+            }
+        }
+        if let Some(change) = change {
+            let label = if change == Change::Announce {
+                "announce"
+            } else {
+                "withdraw"
+            };
+            metrics
+                .transitions
+                .get_or_create(&ChangeLabel { change: label })
+                .inc();
+            tracing::info!(change = label, why = ?machine.why(), penalty = machine.penalty(now), "route change");
+            status.lock().expect("status lock").last_change_unix_ms = Some(unix_ms());
+        }
+        if applied != Some(machine.route()) {
+            apply(
+                &mut speaker,
+                machine.route(),
+                &mut applied,
+                &metrics,
+                &status,
+                &config,
+            )
+            .await;
+        }
+        {
+            let mut s = status.lock().expect("status lock");
+            s.route = machine.route();
+            s.why = machine.why();
+            s.penalty = machine.penalty(now);
+            s.suppressed = machine.suppressed();
+            s.drained = drained;
+            s.transitions = machine.transitions();
+            s.checks = outcomes;
+        }
+        metrics.penalty.set(machine.penalty(now));
+        metrics.suppressed.set(machine.suppressed() as i64);
+        metrics.drained.set(drained as i64);
+
+        let pause = if machine.change_pending() {
+            config.fast_interval
+        } else {
+            config.interval
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        }
+    }
+    if config.withdraw_on_exit && applied != Some(Route::Withdrawn) {
+        tracing::info!("withdrawing before exit");
+        apply(
+            &mut speaker,
+            Route::Withdrawn,
+            &mut applied,
+            &metrics,
+            &status,
+            &config,
+        )
+        .await;
+    }
+    tracing::info!("bgp-agent stopped");
+    Ok(())
+}
+
+async fn apply(
+    speaker: &mut Speaker,
+    route: Route,
+    applied: &mut Option<Route>,
+    metrics: &Metrics,
+    status: &Mutex<Status>,
+    config: &Config,
+) {
+    let started = Instant::now();
+    let label = SpeakerLabel {
+        speaker: speaker.kind(),
+    };
+    match speaker.apply(route).await {
+        Ok(()) => {
+            metrics
+                .speaker_seconds
+                .get_or_create(&label)
+                .observe(started.elapsed().as_secs_f64());
+            *applied = Some(route);
+            for prefix in &config.prefixes {
+                metrics
+                    .announced
+                    .get_or_create(&PrefixLabel {
+                        prefix: prefix.to_string(),
+                    })
+                    .set((route == Route::Announced) as i64);
+            }
+            status.lock().expect("status lock").last_speaker_error = None;
+            tracing::info!(
+                ?route,
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "speaker confirmed"
+            );
+        }
+        Err(e) => {
+            metrics.speaker_errors.get_or_create(&label).inc();
+            tracing::error!(?route, error = %format!("{e:#}"), "speaker failed; retrying next round");
+            status.lock().expect("status lock").last_speaker_error = Some(format!("{e:#}"));
+        }
+    }
+}
+
+fn record_check(metrics: &Metrics, outcome: &Outcome) {
+    let class = if outcome.class == CheckClass::Local {
+        "local"
+    } else {
+        "shared"
+    };
+    let result = if outcome.ok { "ok" } else { "fail" };
+    metrics
+        .check_results
+        .get_or_create(&CheckResultLabel {
+            check: outcome.name.clone(),
+            class,
+            result,
+        })
+        .inc();
+    metrics
+        .check_seconds
+        .get_or_create(&CheckLabel {
+            check: outcome.name.clone(),
+            class,
+        })
+        .observe(outcome.duration_ms / 1e3);
+}
+
+async fn serve_admin(
+    listener: tokio::net::TcpListener,
+    status: Arc<Mutex<Status>>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (status, metrics) = (Arc::clone(&status), Arc::clone(&metrics));
+        tokio::spawn(async move {
+            let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let body = match request.uri().path() {
+                    "/status" => {
+                        serde_json::to_string_pretty(&*status.lock().expect("status lock"))
+                            .unwrap_or_default()
+                    }
+                    "/metrics" => metrics.encode(),
+                    _ => "bgp-agent: /status /metrics\n".to_owned(),
+                };
+                async move { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(body)))) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}

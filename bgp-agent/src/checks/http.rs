@@ -1,0 +1,46 @@
+//! A plain-HTTP GET (the edge's `/readyz` lives on its admin listener).
+
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+
+pub async fn get_2xx(url: &str) -> Result<String, String> {
+    let (status, body) = get(url).await?;
+    if status.is_success() {
+        Ok(format!("{status}"))
+    } else {
+        Err(format!("{status} {}", body.trim()))
+    }
+}
+
+/// GET `url`; the status and up to 4 KiB of the body.
+pub async fn get(url: &str) -> Result<(http::StatusCode, String), String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let host = uri.host().ok_or_else(|| format!("{url}: no host"))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("connect {host}:{port}: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    tokio::spawn(connection);
+    let request = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
+        .header(http::header::HOST, host)
+        .body(Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Ok((
+        status,
+        String::from_utf8_lossy(&body[..body.len().min(4096)]).into_owned(),
+    ))
+}

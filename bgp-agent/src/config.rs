@@ -1,0 +1,390 @@
+//! The agent's YAML configuration, parsed once into typed settings. Unknown keys are
+//! errors; every error names the file and the field.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::hysteresis::{Dampening, Policy};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub pop: String,
+    pub prefixes: Vec<IpNet>,
+    /// Holds the drain flag, so a drain survives restarts.
+    pub state_dir: PathBuf,
+    pub admin_listen: SocketAddr,
+    #[serde(default = "default_interval", with = "humantime_serde")]
+    pub interval: Duration,
+    /// Re-check interval while a change is pending (a failure while announced, a
+    /// success while withdrawn).
+    #[serde(default = "default_fast_interval", with = "humantime_serde")]
+    pub fast_interval: Duration,
+    #[serde(default = "default_rise")]
+    pub rise: u32,
+    #[serde(default = "default_fall")]
+    pub fall: u32,
+    #[serde(default = "default_hold_down", with = "humantime_serde")]
+    pub hold_down: Duration,
+    #[serde(default = "default_dampening")]
+    pub dampening: Option<DampeningConfig>,
+    #[serde(default = "default_true")]
+    pub withdraw_on_exit: bool,
+    pub checks: Vec<CheckConfig>,
+    pub speaker: SpeakerConfig,
+    pub guard: Option<GuardConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DampeningConfig {
+    #[serde(default = "default_penalty")]
+    pub penalty: f64,
+    #[serde(default = "default_half_life", with = "humantime_serde")]
+    pub half_life: Duration,
+    #[serde(default = "default_suppress")]
+    pub suppress: f64,
+    #[serde(default = "default_reuse")]
+    pub reuse: f64,
+    #[serde(default = "default_max_suppress", with = "humantime_serde")]
+    pub max_suppress: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, try_from = "RawCheck")]
+pub struct CheckConfig {
+    pub name: String,
+    pub kind: CheckKind,
+    pub timeout: Duration,
+    pub class: CheckClass,
+}
+
+#[derive(Clone, Debug)]
+pub enum CheckKind {
+    /// GET the URL; healthy on 2xx.
+    Http { url: String },
+    /// Healthy when a TCP connection opens.
+    Tcp { address: String },
+    /// Healthy when the command exits 0.
+    Exec { command: Vec<String> },
+    /// Maintenance switch: unhealthy while the file exists.
+    File { path: PathBuf },
+    /// Healthy while an XDP program is attached to the interface.
+    Xdp { interface: String },
+}
+
+/// A check as written: one flat map, so unknown keys can be refused (serde cannot refuse
+/// them through a flattened enum).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheck {
+    name: String,
+    kind: RawKind,
+    url: Option<String>,
+    address: Option<String>,
+    command: Option<Vec<String>>,
+    path: Option<PathBuf>,
+    interface: Option<String>,
+    #[serde(default = "default_check_timeout", with = "humantime_serde")]
+    timeout: Duration,
+    #[serde(default)]
+    class: CheckClass,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawKind {
+    Http,
+    Tcp,
+    Exec,
+    File,
+    Xdp,
+}
+
+impl TryFrom<RawCheck> for CheckConfig {
+    type Error = String;
+
+    fn try_from(raw: RawCheck) -> Result<Self, String> {
+        let need = |value: Option<String>, field: &str| {
+            value.ok_or_else(|| format!("this kind needs `{field}`"))
+        };
+        let kind = match raw.kind {
+            RawKind::Http => CheckKind::Http {
+                url: need(raw.url, "url")?,
+            },
+            RawKind::Tcp => CheckKind::Tcp {
+                address: need(raw.address, "address")?,
+            },
+            RawKind::Exec => match raw.command {
+                Some(command) if !command.is_empty() => CheckKind::Exec { command },
+                _ => return Err("this kind needs a non-empty `command`".into()),
+            },
+            RawKind::File => CheckKind::File {
+                path: raw.path.ok_or("this kind needs `path`")?,
+            },
+            RawKind::Xdp => CheckKind::Xdp {
+                interface: need(raw.interface, "interface")?,
+            },
+        };
+        Ok(CheckConfig {
+            name: raw.name,
+            kind,
+            timeout: raw.timeout,
+            class: raw.class,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckClass {
+    /// Failure means this PoP cannot serve: may withdraw.
+    #[default]
+    Local,
+    /// A dependency every PoP shares (the origin): reported, never a reason to withdraw.
+    Shared,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum SpeakerConfig {
+    Exabgp {
+        #[serde(default)]
+        communities: Vec<String>,
+        med: Option<u32>,
+        #[serde(default)]
+        as_path_prepend: u32,
+        /// The agent's own AS, repeated `as_path_prepend` times.
+        local_as: Option<u32>,
+        #[serde(default = "default_ack_timeout", with = "humantime_serde")]
+        ack_timeout: Duration,
+    },
+    Bird {
+        include_file: PathBuf,
+        socket: PathBuf,
+        #[serde(default = "default_birdc")]
+        birdc: PathBuf,
+        #[serde(default = "default_define")]
+        define_v4: String,
+        #[serde(default = "default_define_v6")]
+        define_v6: String,
+        #[serde(default = "default_birdc_timeout", with = "humantime_serde")]
+        timeout: Duration,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardConfig {
+    /// Other PoPs' agent `/status` URLs.
+    pub peers: Vec<String>,
+    pub min_other_pops_announcing: usize,
+    #[serde(default = "default_check_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Self::parse(&text)
+            .map_err(|(field, message)| anyhow::anyhow!("{}: {field}: {message}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Config, (String, String)> {
+        let config: Config =
+            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
+                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn policy(&self) -> Policy {
+        Policy {
+            rise: self.rise,
+            fall: self.fall,
+            hold_down: self.hold_down,
+            dampening: self.dampening.as_ref().map(|d| Dampening {
+                penalty: d.penalty,
+                half_life: d.half_life,
+                suppress: d.suppress,
+                reuse: d.reuse,
+                max_suppress: d.max_suppress,
+            }),
+        }
+    }
+
+    pub fn drain_flag(&self) -> PathBuf {
+        self.state_dir.join("drain")
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let fail = |field: &str, message: &str| Err((field.to_owned(), message.to_owned()));
+        if self.prefixes.is_empty() {
+            return fail("prefixes", "must list at least one prefix");
+        }
+        if self.rise == 0 || self.fall == 0 {
+            return fail(
+                if self.rise == 0 { "rise" } else { "fall" },
+                "must be at least 1",
+            );
+        }
+        if self.interval.is_zero()
+            || self.fast_interval.is_zero()
+            || self.fast_interval > self.interval
+        {
+            return fail(
+                "fast_interval",
+                "must be positive and not longer than interval",
+            );
+        }
+        if let Some(d) = &self.dampening
+            && !(d.reuse < d.suppress && d.penalty > 0.0 && !d.half_life.is_zero())
+        {
+            return fail(
+                "dampening",
+                "needs reuse < suppress, a positive penalty and half_life",
+            );
+        }
+        if !self.checks.iter().any(|c| c.class == CheckClass::Local) {
+            return fail(
+                "checks",
+                "needs at least one local check (shared checks never withdraw)",
+            );
+        }
+        if let Some(guard) = &self.guard
+            && guard.peers.len() < guard.min_other_pops_announcing
+        {
+            return fail(
+                "guard.min_other_pops_announcing",
+                "is larger than the number of peers",
+            );
+        }
+        Ok(())
+    }
+}
+
+fn default_interval() -> Duration {
+    Duration::from_millis(500)
+}
+fn default_fast_interval() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_rise() -> u32 {
+    10
+}
+fn default_fall() -> u32 {
+    3
+}
+fn default_hold_down() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_dampening() -> Option<DampeningConfig> {
+    Some(DampeningConfig {
+        penalty: default_penalty(),
+        half_life: default_half_life(),
+        suppress: default_suppress(),
+        reuse: default_reuse(),
+        max_suppress: default_max_suppress(),
+    })
+}
+fn default_penalty() -> f64 {
+    1000.0
+}
+fn default_half_life() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_suppress() -> f64 {
+    2500.0
+}
+fn default_reuse() -> f64 {
+    750.0
+}
+fn default_max_suppress() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_true() -> bool {
+    true
+}
+fn default_check_timeout() -> Duration {
+    Duration::from_millis(300)
+}
+fn default_ack_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+fn default_birdc() -> PathBuf {
+    PathBuf::from("birdc")
+}
+fn default_define() -> String {
+    "ANYCAST_V4".into()
+}
+fn default_define_v6() -> String {
+    "ANYCAST_V6".into()
+}
+fn default_birdc_timeout() -> Duration {
+    Duration::from_secs(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+pop: fra1
+prefixes: ["192.0.2.10/32", "2001:db8::10/128"]
+state_dir: /var/lib/bgp-agent
+admin_listen: 127.0.0.1:9181
+checks:
+  - { name: edge, kind: http, url: "http://127.0.0.1:9180/readyz" }
+  - { name: origin, kind: tcp, address: "127.0.0.1:4222", class: shared }
+  - { name: maintenance, kind: file, path: /etc/edge/maintenance }
+speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/bird.ctl }
+"#;
+
+    #[test]
+    fn parses_with_defaults() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(
+            (c.rise, c.fall, c.interval),
+            (10, 3, Duration::from_millis(500))
+        );
+        assert!(c.dampening.is_some());
+        assert_eq!(c.checks[1].class, CheckClass::Shared);
+        assert!(matches!(c.speaker, SpeakerConfig::Bird { .. }));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let (field, message) =
+            Config::parse(&GOOD.replace("pop: fra1", "pop: fra1\nrisee: 3")).unwrap_err();
+        assert_eq!(field, "risee");
+        assert!(message.contains("unknown field `risee`"), "{message}");
+        let (field, _) =
+            Config::parse(&GOOD.replace("192.0.2.10/32", "192.0.2.300/32")).unwrap_err();
+        assert_eq!(field, "prefixes[0]");
+        let (field, _) =
+            Config::parse(&GOOD.replace("class: shared", "class: global")).unwrap_err();
+        assert_eq!(field, "checks[1].class");
+        let (field, _) =
+            Config::parse(&GOOD.replace("kind: tcp,", "kind: tcp, urll: x,")).unwrap_err();
+        assert_eq!(field, "checks[1].urll");
+        let no_address = GOOD.replace("kind: tcp, address: \"127.0.0.1:4222\",", "kind: tcp,");
+        let (field, message) = Config::parse(&no_address).unwrap_err();
+        assert_eq!(field, "checks[1]");
+        assert!(message.contains("this kind needs `address`"), "{message}");
+        let only_shared = GOOD
+            .replace(
+                "url: \"http://127.0.0.1:9180/readyz\" }",
+                "url: \"http://x/\", class: shared }",
+            )
+            .replace(
+                "  - { name: maintenance, kind: file, path: /etc/edge/maintenance }\n",
+                "",
+            );
+        assert_eq!(Config::parse(&only_shared).unwrap_err().0, "checks");
+    }
+}

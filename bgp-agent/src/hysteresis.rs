@@ -1,0 +1,458 @@
+//! When to announce and when to withdraw: a pure state machine fed check results and
+//! the time. No I/O, so every rule is tested with a fake clock.
+//!
+//! - Start withdrawn; announce after `rise` consecutive healthy rounds.
+//! - Withdraw after `fall` consecutive unhealthy rounds (a failing PoP is never kept
+//!   announced by dampening or hold-down: those only delay the way back).
+//! - After a withdraw, stay withdrawn at least `hold_down`.
+//! - RFC 2439-style flap dampening: each withdraw adds `penalty`; the penalty halves every
+//!   `half_life`; at `suppress` re-announcing is suppressed until the penalty decays below
+//!   `reuse`, or `max_suppress` has passed.
+//! - Drain: withdraw now and stay withdrawn until undrained.
+
+use std::time::Duration;
+
+/// A point in time, as a duration since any fixed origin (the agent uses a monotonic
+/// clock; tests use a fake one).
+pub type Time = Duration;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub rise: u32,
+    pub fall: u32,
+    pub hold_down: Duration,
+    pub dampening: Option<Dampening>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dampening {
+    pub penalty: f64,
+    pub half_life: Duration,
+    pub suppress: f64,
+    pub reuse: f64,
+    pub max_suppress: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    Announced,
+    Withdrawn,
+}
+
+/// What the speaker must do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Announce,
+    Withdraw,
+}
+
+/// Why the machine holds its current state (for `status` and logs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Why {
+    Starting,
+    Healthy,
+    Rising,
+    Falling,
+    Unhealthy,
+    HoldDown,
+    Suppressed,
+    Drained,
+}
+
+#[derive(Clone, Debug)]
+pub struct Machine {
+    policy: Policy,
+    route: Route,
+    why: Why,
+    ok_streak: u32,
+    fail_streak: u32,
+    withdrawn_at: Option<Time>,
+    penalty: f64,
+    penalty_at: Time,
+    suppressed_since: Option<Time>,
+    drained: bool,
+    transitions: u64,
+}
+
+impl Machine {
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            route: Route::Withdrawn,
+            why: Why::Starting,
+            ok_streak: 0,
+            fail_streak: 0,
+            withdrawn_at: None,
+            penalty: 0.0,
+            penalty_at: Time::ZERO,
+            suppressed_since: None,
+            drained: false,
+            transitions: 0,
+        }
+    }
+
+    /// Feeds one round of local checks (`healthy` = every local check passed).
+    pub fn observe(&mut self, now: Time, healthy: bool) -> Option<Change> {
+        if healthy {
+            self.ok_streak = self.ok_streak.saturating_add(1);
+            self.fail_streak = 0;
+        } else {
+            self.fail_streak = self.fail_streak.saturating_add(1);
+            self.ok_streak = 0;
+        }
+        self.decide(now)
+    }
+
+    /// Drain (withdraw and hold) or undrain.
+    pub fn set_drained(&mut self, now: Time, drained: bool) -> Option<Change> {
+        self.drained = drained;
+        self.decide(now)
+    }
+
+    /// A withdraw the caller could not carry out (the peer guard vetoed it): the route
+    /// stays announced and the next unhealthy round asks again.
+    pub fn withdraw_vetoed(&mut self) {
+        self.route = Route::Announced;
+        self.transitions -= 1;
+        self.penalty -= self.policy.dampening.as_ref().map_or(0.0, |d| d.penalty);
+        self.withdrawn_at = None;
+    }
+
+    pub fn route(&self) -> Route {
+        self.route
+    }
+
+    pub fn why(&self) -> Why {
+        self.why
+    }
+
+    pub fn transitions(&self) -> u64 {
+        self.transitions
+    }
+
+    /// True when the next round decides a pending change (the agent re-checks faster).
+    pub fn change_pending(&self) -> bool {
+        match self.route {
+            Route::Announced => self.fail_streak > 0,
+            Route::Withdrawn => self.ok_streak > 0 && !self.drained,
+        }
+    }
+
+    /// The decayed dampening penalty at `now`.
+    pub fn penalty(&self, now: Time) -> f64 {
+        match &self.policy.dampening {
+            Some(d) => decay(
+                self.penalty,
+                now.saturating_sub(self.penalty_at),
+                d.half_life,
+            ),
+            None => 0.0,
+        }
+    }
+
+    pub fn suppressed(&self) -> bool {
+        self.suppressed_since.is_some()
+    }
+
+    fn decide(&mut self, now: Time) -> Option<Change> {
+        self.update_suppression(now);
+        match self.route {
+            Route::Announced => {
+                let withdraw = if self.drained {
+                    Some(Why::Drained)
+                } else if self.fail_streak >= self.policy.fall {
+                    Some(Why::Unhealthy)
+                } else {
+                    self.why = if self.fail_streak > 0 {
+                        Why::Falling
+                    } else {
+                        Why::Healthy
+                    };
+                    None
+                };
+                let why = withdraw?;
+                self.why = why;
+                self.withdraw(now);
+                Some(Change::Withdraw)
+            }
+            Route::Withdrawn => {
+                self.why = if self.drained {
+                    Why::Drained
+                } else if self.ok_streak < self.policy.rise {
+                    if self.ok_streak > 0 {
+                        Why::Rising
+                    } else {
+                        Why::Unhealthy
+                    }
+                } else if self
+                    .withdrawn_at
+                    .is_some_and(|at| now < at + self.policy.hold_down)
+                {
+                    Why::HoldDown
+                } else if self.suppressed() {
+                    Why::Suppressed
+                } else {
+                    self.route = Route::Announced;
+                    self.transitions += 1;
+                    self.why = Why::Healthy;
+                    return Some(Change::Announce);
+                };
+                None
+            }
+        }
+    }
+
+    fn withdraw(&mut self, now: Time) {
+        self.route = Route::Withdrawn;
+        self.transitions += 1;
+        self.withdrawn_at = Some(now);
+        if let Some(d) = &self.policy.dampening {
+            self.penalty = self.penalty(now) + d.penalty;
+            self.penalty_at = now;
+            if self.penalty >= d.suppress && self.suppressed_since.is_none() {
+                self.suppressed_since = Some(now);
+            }
+        }
+    }
+
+    fn update_suppression(&mut self, now: Time) {
+        let (Some(since), Some(d)) = (self.suppressed_since, &self.policy.dampening) else {
+            return;
+        };
+        if self.penalty(now) < d.reuse || now >= since + d.max_suppress {
+            self.suppressed_since = None;
+        }
+    }
+}
+
+fn decay(penalty: f64, elapsed: Duration, half_life: Duration) -> f64 {
+    if half_life.is_zero() {
+        return 0.0;
+    }
+    penalty * 0.5f64.powf(elapsed.as_secs_f64() / half_life.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn ms(n: u64) -> Time {
+        Duration::from_millis(n)
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            rise: 3,
+            fall: 2,
+            hold_down: Duration::from_secs(5),
+            dampening: Some(Dampening {
+                penalty: 1000.0,
+                half_life: Duration::from_secs(30),
+                suppress: 2500.0,
+                reuse: 750.0,
+                max_suppress: Duration::from_secs(300),
+            }),
+        }
+    }
+
+    /// Feeds `results` at a fixed interval from `start`; returns the changes with times.
+    fn run(m: &mut Machine, start: u64, step: u64, results: &[bool]) -> Vec<(u64, Change)> {
+        let mut changes = Vec::new();
+        for (i, ok) in results.iter().enumerate() {
+            let t = start + i as u64 * step;
+            if let Some(c) = m.observe(ms(t), *ok) {
+                changes.push((t, c));
+            }
+        }
+        changes
+    }
+
+    #[test]
+    fn starts_withdrawn_and_rises_after_rise_successes() {
+        let mut m = Machine::new(policy());
+        assert_eq!(m.route(), Route::Withdrawn);
+        assert_eq!(run(&mut m, 0, 100, &[true, true]), vec![]);
+        assert_eq!(m.why(), Why::Rising);
+        assert_eq!(
+            run(&mut m, 200, 100, &[true]),
+            vec![(200, Change::Announce)]
+        );
+        assert_eq!(m.route(), Route::Announced);
+    }
+
+    #[test]
+    fn a_failure_streak_shorter_than_fall_does_not_withdraw() {
+        let mut m = Machine::new(policy());
+        run(&mut m, 0, 100, &[true; 3]);
+        assert_eq!(run(&mut m, 300, 100, &[false, true, false, true]), vec![]);
+        assert_eq!(m.route(), Route::Announced);
+        assert_eq!(
+            run(&mut m, 700, 100, &[false, false]),
+            vec![(800, Change::Withdraw)]
+        );
+        assert_eq!(m.why(), Why::Unhealthy);
+    }
+
+    #[test]
+    fn hold_down_delays_the_way_back() {
+        let mut m = Machine::new(policy());
+        run(&mut m, 0, 100, &[true; 3]);
+        run(&mut m, 300, 100, &[false, false]); // withdrawn at 400
+        assert_eq!(run(&mut m, 500, 100, &[true; 10]), vec![]);
+        assert_eq!(m.why(), Why::HoldDown);
+        assert_eq!(m.observe(ms(5_399), true), None);
+        assert_eq!(m.observe(ms(5_400), true), Some(Change::Announce));
+    }
+
+    #[test]
+    fn repeated_flaps_are_suppressed_until_the_penalty_decays() {
+        let mut m = Machine::new(policy());
+        let mut t = 0;
+        let mut withdraws = 0;
+        // Three full flaps, each waiting out the hold-down.
+        for _ in 0..3 {
+            while m.route() == Route::Withdrawn && !m.suppressed() {
+                m.observe(ms(t), true);
+                t += 100;
+            }
+            if m.suppressed() {
+                break;
+            }
+            m.observe(ms(t), false);
+            t += 100;
+            if m.observe(ms(t), false) == Some(Change::Withdraw) {
+                withdraws += 1;
+            }
+            t += 100;
+        }
+        assert_eq!(withdraws, 3);
+        assert!(m.suppressed(), "penalty {}", m.penalty(ms(t)));
+        // Healthy from now on: held back until 3000 decays below 750 (two half-lives).
+        let mut announced_at = None;
+        while announced_at.is_none() && t < 200_000 {
+            if m.observe(ms(t), true) == Some(Change::Announce) {
+                announced_at = Some(t);
+            }
+            t += 1000;
+        }
+        let back = announced_at.expect("reuse threshold reached");
+        assert!(m.penalty(ms(back)) < 750.0);
+        assert!(
+            back > 55_000,
+            "suppressed about two half-lives, back at {back}"
+        );
+    }
+
+    #[test]
+    fn max_suppress_caps_suppression() {
+        let mut p = policy();
+        p.dampening.as_mut().unwrap().half_life = Duration::from_secs(3600);
+        p.dampening.as_mut().unwrap().max_suppress = Duration::from_secs(60);
+        p.hold_down = Duration::ZERO;
+        let mut m = Machine::new(p);
+        let mut t = 0;
+        for _ in 0..3 {
+            run(&mut m, t, 100, &[true; 3]);
+            run(&mut m, t + 300, 100, &[false; 2]);
+            t += 500;
+        }
+        assert!(m.suppressed());
+        let since = t - 100;
+        assert_eq!(run(&mut m, since + 58_800, 100, &[true; 3]), vec![]);
+        assert_eq!(m.why(), Why::Suppressed);
+        assert_eq!(m.observe(ms(since + 60_000), true), Some(Change::Announce));
+    }
+
+    #[test]
+    fn drain_withdraws_now_and_holds() {
+        let mut m = Machine::new(policy());
+        run(&mut m, 0, 100, &[true; 3]);
+        assert_eq!(m.set_drained(ms(300), true), Some(Change::Withdraw));
+        assert_eq!(run(&mut m, 400, 100, &[true; 100]), vec![]);
+        assert_eq!(m.why(), Why::Drained);
+        // Undrain: the health streak is already there, but the hold-down still applies.
+        assert_eq!(m.set_drained(ms(10_400), false), Some(Change::Announce));
+    }
+
+    #[test]
+    fn a_vetoed_withdraw_keeps_the_route_and_asks_again() {
+        let mut m = Machine::new(policy());
+        run(&mut m, 0, 100, &[true; 3]);
+        assert_eq!(
+            run(&mut m, 300, 100, &[false, false]),
+            vec![(400, Change::Withdraw)]
+        );
+        m.withdraw_vetoed();
+        assert_eq!(m.route(), Route::Announced);
+        assert_eq!(m.penalty(ms(400)), 0.0);
+        assert_eq!(m.observe(ms(500), false), Some(Change::Withdraw));
+    }
+
+    /// Jittered 1 Hz / 50 % flapping for 60 s (half-periods 0.25–0.75 s), checks every
+    /// 100 ms: at most two route changes.
+    #[test]
+    fn jittered_flapping_for_a_minute_makes_at_most_two_changes() {
+        let mut rng = 0x2545F4914F6CDD1Du64;
+        for trial in 0..50 {
+            let mut p = policy();
+            p.rise = 10;
+            p.fall = 3;
+            let mut m = Machine::new(p);
+            // Healthy and announced first.
+            run(&mut m, 0, 100, &[true; 10]);
+            let mut edges = Vec::new();
+            let mut t = 1000u64;
+            let mut up = true;
+            while t < 61_000 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let half = 250 + rng % 501;
+                edges.push((t, up));
+                t += half;
+                up = !up;
+            }
+            let mut changes = 0;
+            let mut t = 1000;
+            while t < 61_000 {
+                let healthy = edges.iter().rev().find(|(at, _)| *at <= t).unwrap().1;
+                changes += m.observe(ms(t), healthy).is_some() as u32;
+                t += 100;
+            }
+            assert!(changes <= 2, "trial {trial}: {changes} changes");
+        }
+    }
+
+    proptest! {
+        /// Whatever the sequence, the route is never announced while the last `fall`
+        /// rounds all failed, nor while drained.
+        #[test]
+        fn never_announced_while_failing_beyond_fall(
+            rounds in proptest::collection::vec((any::<bool>(), 0u64..400, proptest::option::of(any::<bool>())), 1..300)
+        ) {
+            let p = policy();
+            let fall = p.fall as usize;
+            let mut m = Machine::new(p);
+            let mut t = 0;
+            let mut history = Vec::new();
+            let mut drained = false;
+            for (healthy, step, drain) in rounds {
+                t += step;
+                if let Some(d) = drain.filter(|_| step % 7 == 0) {
+                    drained = d;
+                    m.set_drained(ms(t), d);
+                }
+                m.observe(ms(t), healthy);
+                history.push(healthy);
+                let failing = history.len() >= fall && history[history.len() - fall..].iter().all(|ok| !ok);
+                if failing || drained {
+                    prop_assert_eq!(m.route(), Route::Withdrawn);
+                }
+            }
+        }
+    }
+}

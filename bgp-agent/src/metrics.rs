@@ -1,0 +1,126 @@
+//! Prometheus metrics of the agent; every series carries the `pop` label.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PrefixLabel {
+    pub prefix: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckLabel {
+    pub check: String,
+    pub class: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckResultLabel {
+    pub check: String,
+    pub class: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabel {
+    pub change: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpeakerLabel {
+    pub speaker: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub announced: Family<PrefixLabel, Gauge>,
+    pub transitions: Family<ChangeLabel, Counter>,
+    pub check_results: Family<CheckResultLabel, Counter>,
+    pub check_seconds: Family<CheckLabel, Histogram>,
+    pub penalty: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub suppressed: Gauge,
+    pub drained: Gauge,
+    pub guard_blocked: Counter,
+    pub speaker_seconds: Family<SpeakerLabel, Histogram>,
+    pub speaker_errors: Family<SpeakerLabel, Counter>,
+}
+
+impl Metrics {
+    pub fn new(pop: &str) -> Self {
+        let mut registry = Registry::with_prefix_and_labels(
+            "bgp_agent",
+            [("pop".into(), pop.to_owned().into())].into_iter(),
+        );
+        let m = Self {
+            registry: Registry::default(),
+            announced: Family::default(),
+            transitions: Family::default(),
+            check_results: Family::default(),
+            check_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+            }),
+            penalty: Gauge::default(),
+            suppressed: Gauge::default(),
+            drained: Gauge::default(),
+            guard_blocked: Counter::default(),
+            speaker_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+            }),
+            speaker_errors: Family::default(),
+        };
+        registry.register(
+            "announced",
+            "1 while the prefix is announced",
+            m.announced.clone(),
+        );
+        registry.register(
+            "transitions",
+            "Route changes, by change",
+            m.transitions.clone(),
+        );
+        registry.register(
+            "check_results",
+            "Check results, by check, class and result",
+            m.check_results.clone(),
+        );
+        registry.register("check_seconds", "Check durations", m.check_seconds.clone());
+        registry.register("penalty", "Flap-dampening penalty", m.penalty.clone());
+        registry.register(
+            "suppressed",
+            "1 while re-announcing is suppressed by dampening",
+            m.suppressed.clone(),
+        );
+        registry.register(
+            "drained",
+            "1 while drained by an operator",
+            m.drained.clone(),
+        );
+        registry.register(
+            "guard_blocked",
+            "Withdraws the peer guard refused",
+            m.guard_blocked.clone(),
+        );
+        registry.register(
+            "speaker_seconds",
+            "Decision to speaker acknowledgement",
+            m.speaker_seconds.clone(),
+        );
+        registry.register(
+            "speaker_errors",
+            "Speaker failures",
+            m.speaker_errors.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}

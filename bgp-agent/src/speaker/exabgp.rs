@@ -1,0 +1,133 @@
+//! ExaBGP speaker: the agent runs as an ExaBGP `process`. Commands go to stdout, one per
+//! line, flushed; ExaBGP answers each with `done` or `error` on our stdin.
+//!
+//! If the agent dies, ExaBGP does not withdraw: it respawns the process. A fresh agent
+//! starts withdrawn and says so (a withdraw per prefix) before anything else, so a route
+//! left behind by a dead agent is taken back at once and comes back only after `rise`.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use ipnet::IpNet;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::config::SpeakerConfig;
+use crate::hysteresis::Route;
+
+pub struct ExaBgp {
+    prefixes: Vec<IpNet>,
+    attributes: String,
+    ack_timeout: Duration,
+    acks: mpsc::UnboundedReceiver<String>,
+}
+
+impl ExaBgp {
+    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>) -> Self {
+        let SpeakerConfig::Exabgp {
+            communities,
+            med,
+            as_path_prepend,
+            local_as,
+            ack_timeout,
+        } = config
+        else {
+            unreachable!("built from an exabgp config");
+        };
+        let (tx, acks) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(tokio::io::stdin()).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+            // ExaBGP closed our stdin: it is gone or restarting us. Without it there is
+            // no session to speak on, so stop and let ExaBGP start a fresh agent.
+            tracing::warn!("ExaBGP closed stdin; exiting");
+            std::process::exit(0);
+        });
+        Self {
+            prefixes,
+            attributes: attributes(communities, *med, *as_path_prepend, *local_as),
+            ack_timeout: *ack_timeout,
+            acks,
+        }
+    }
+
+    pub async fn apply(&mut self, route: Route) -> anyhow::Result<()> {
+        let mut out = String::new();
+        for prefix in &self.prefixes {
+            match route {
+                Route::Announced => out.push_str(&format!(
+                    "announce route {prefix} next-hop self{}\n",
+                    self.attributes
+                )),
+                Route::Withdrawn => {
+                    out.push_str(&format!("withdraw route {prefix} next-hop self\n"))
+                }
+            }
+        }
+        let mut stdout = tokio::io::stdout();
+        stdout
+            .write_all(out.as_bytes())
+            .await
+            .context("writing to ExaBGP")?;
+        stdout.flush().await.context("flushing to ExaBGP")?;
+        for prefix in &self.prefixes {
+            let ack = tokio::time::timeout(self.ack_timeout, self.acks.recv())
+                .await
+                .with_context(|| {
+                    format!(
+                        "no acknowledgement from ExaBGP for {prefix} within {:?}",
+                        self.ack_timeout
+                    )
+                })?;
+            match ack.as_deref() {
+                Some("done") => {}
+                Some(other) => bail!("ExaBGP answered {other:?} for {prefix}"),
+                None => bail!("ExaBGP closed stdin"),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn attributes(
+    communities: &[String],
+    med: Option<u32>,
+    prepend: u32,
+    local_as: Option<u32>,
+) -> String {
+    let mut attrs = String::new();
+    if let Some(med) = med {
+        attrs.push_str(&format!(" med {med}"));
+    }
+    if !communities.is_empty() {
+        attrs.push_str(&format!(" community [{}]", communities.join(" ")));
+    }
+    if let (Some(asn), true) = (local_as, prepend > 0) {
+        let path: Vec<String> = (0..prepend).map(|_| asn.to_string()).collect();
+        attrs.push_str(&format!(" as-path [{}]", path.join(" ")));
+    }
+    attrs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_text() {
+        assert_eq!(attributes(&[], None, 0, None), "");
+        assert_eq!(
+            attributes(
+                &["65000:100".into(), "65000:200".into()],
+                Some(50),
+                2,
+                Some(65001)
+            ),
+            " med 50 community [65000:100 65000:200] as-path [65001 65001]"
+        );
+    }
+}
