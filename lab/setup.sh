@@ -3,7 +3,7 @@
 # missing, and the Rust components the checks use. Safe to run again and again.
 set -euo pipefail
 
-packages=(curl openssl ca-certificates iproute2 wrk nginx-light)
+packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -15,8 +15,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The nginx package starts a system service on :80; the benchmark runs its own instance.
-if command -v systemctl >/dev/null 2>&1; then systemctl disable --now nginx >/dev/null 2>&1 || true; fi
+# These packages start system services; the tests and benchmarks run their own instances.
+if command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now nginx bird exabgp >/dev/null 2>&1 || true
+fi
 
 if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found: install a Rust toolchain (rustup) first" >&2

@@ -79,6 +79,9 @@ fn main() -> ExitCode {
             load(&config).and_then(|c| runtime.block_on(set_drain(&c, false)))
         }
     };
+    // The ExaBGP speaker reads stdin on a blocking thread that never returns by itself:
+    // do not let it hold the process after the agent is done.
+    runtime.shutdown_timeout(Duration::from_millis(100));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

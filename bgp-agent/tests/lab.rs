@@ -1,0 +1,278 @@
+//! Network namespaces with real BIRD and ExaBGP for the agent's integration tests:
+//! an upstream router `up` (BIRD, AS 65000) and a PoP `pop` (AS 65001) joined by a veth
+//! pair. Everything is created here and removed on drop; processes are stopped by PID.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const VIP: &str = "192.0.2.10/32";
+pub const UP_ADDR: &str = "198.51.100.1";
+pub const POP_ADDR: &str = "198.51.100.2";
+
+pub struct Lab {
+    pub up: String,
+    pub pop: String,
+    pub dir: tempfile::TempDir,
+    children: Vec<Child>,
+}
+
+pub fn sh(args: &[&str]) {
+    let status = Command::new(args[0]).args(&args[1..]).status().unwrap();
+    assert!(status.success(), "{args:?} failed");
+}
+
+pub fn agent_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_bgp-agent")
+}
+
+impl Lab {
+    /// Two namespaces, a veth between them, and BIRD running in `up`.
+    pub fn new(tag: &str) -> Lab {
+        let id = std::process::id() % 100_000;
+        let lab = Lab {
+            up: format!("bga-up-{tag}-{id}"),
+            pop: format!("bga-pop-{tag}-{id}"),
+            dir: tempfile::tempdir().unwrap(),
+            children: Vec::new(),
+        };
+        for ns in [&lab.up, &lab.pop] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        let (veth_up, veth_pop) = (format!("u{tag}{id}"), format!("p{tag}{id}"));
+        sh(&[
+            "ip", "link", "add", &veth_up, "netns", &lab.up, "type", "veth", "peer", "name",
+            &veth_pop, "netns", &lab.pop,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &lab.up,
+            "addr",
+            "add",
+            &format!("{UP_ADDR}/30"),
+            "dev",
+            &veth_up,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &lab.pop,
+            "addr",
+            "add",
+            &format!("{POP_ADDR}/30"),
+            "dev",
+            &veth_pop,
+        ]);
+        sh(&["ip", "-n", &lab.up, "link", "set", &veth_up, "up"]);
+        sh(&["ip", "-n", &lab.pop, "link", "set", &veth_pop, "up"]);
+        lab
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Starts a process inside a namespace, logging to `log`.
+    pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
+        let out = std::fs::File::create(self.path(log)).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    pub fn start_upstream_bird(&mut self) {
+        let conf = self.path("up-bird.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "router id {UP_ADDR};\n\
+                 protocol device {{ scan time 10; }}\n\
+                 protocol kernel {{ ipv4 {{ import none; export all; }}; }}\n\
+                 protocol bgp pop {{\n  local {UP_ADDR} as 65000; neighbor {POP_ADDR} as 65001;\n  {TIMERS}\n  ipv4 {{ import all; export none; }};\n}}\n"
+            ),
+        )
+        .unwrap();
+        let (ns, sock) = (self.up.clone(), self.path("up-bird.ctl"));
+        self.spawn(
+            &ns,
+            &[
+                "bird",
+                "-f",
+                "-c",
+                conf.to_str().unwrap(),
+                "-s",
+                sock.to_str().unwrap(),
+            ],
+            "up-bird.log",
+        );
+    }
+
+    /// BIRD as the PoP's speaker: a static route for the VIP, exported only while the
+    /// agent's include file lists it.
+    pub fn start_pop_bird(&mut self, include: &Path) -> PathBuf {
+        let conf = self.path("pop-bird.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "router id {POP_ADDR};\n\
+                 include \"{}\";\n\
+                 protocol device {{ scan time 10; }}\n\
+                 protocol static anycast {{ ipv4; route {VIP} blackhole; }}\n\
+                 protocol bgp up {{\n  local {POP_ADDR} as 65001; neighbor {UP_ADDR} as 65000;\n  {TIMERS}\n  ipv4 {{ import none; export filter {{ if net ~ ANYCAST_V4 then accept; reject; }}; }};\n}}\n",
+                include.display()
+            ),
+        )
+        .unwrap();
+        let (ns, sock) = (self.pop.clone(), self.path("pop-bird.ctl"));
+        self.spawn(
+            &ns,
+            &[
+                "bird",
+                "-f",
+                "-c",
+                conf.to_str().unwrap(),
+                "-s",
+                sock.to_str().unwrap(),
+            ],
+            "pop-bird.log",
+        );
+        sock
+    }
+
+    /// A stand-in for the edge's admin listener: `/readyz` answers 200 while `flag`
+    /// exists, 503 otherwise.
+    pub fn start_fake_edge(&mut self, port: u16, flag: &Path) {
+        let script = self.path("fake_edge.py");
+        std::fs::write(
+            &script,
+            r#"import http.server, os, sys
+flag = sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = os.path.exists(flag)
+        self.send_response(200 if ok else 503)
+        self.end_headers()
+        self.wfile.write(b"ready\n" if ok else b"not ready\n")
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#,
+        )
+        .unwrap();
+        let ns = self.pop.clone();
+        self.spawn(
+            &ns,
+            &[
+                "/usr/bin/python3",
+                script.to_str().unwrap(),
+                &port.to_string(),
+                flag.to_str().unwrap(),
+            ],
+            "fake-edge.log",
+        );
+    }
+
+    /// True when the upstream's kernel table holds the VIP (learned over BGP).
+    pub fn upstream_has_vip(&self) -> bool {
+        let out = Command::new("ip")
+            .args(["-n", &self.up, "route", "show", VIP])
+            .output()
+            .unwrap();
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    }
+
+    /// Waits until the upstream's FIB has (or lacks) the VIP; returns how long it took.
+    pub fn wait_vip(&self, present: bool, limit: Duration) -> Option<Duration> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if self.upstream_has_vip() == present {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Runs a command in the PoP namespace and returns its stdout.
+    pub fn pop_exec(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.pop])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    pub fn kill(&mut self, pid: u32, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+    }
+
+    pub fn wait_exit(&mut self, pid: u32, limit: Duration) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Some(child) = self.children.iter_mut().find(|c| c.id() == pid)
+                && child.try_wait().unwrap().is_some()
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in [&self.up, &self.pop] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+const TIMERS: &str = "hold time 9; keepalive time 3; connect retry time 2; connect delay time 1; error wait time 1,5;";
+
+/// The agent's config for these tests: fast rounds, small rise/fall, a short hold-down,
+/// no dampening (the unit tests cover it).
+pub fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -> PathBuf {
+    let path = lab.path("agent.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "pop: test\nprefixes: [\"{VIP}\"]\nstate_dir: {state}\nadmin_listen: 127.0.0.1:{admin_port}\n\
+             interval: 100ms\nfast_interval: 50ms\nrise: 3\nfall: 2\nhold_down: 2s\ndampening: null\n\
+             checks:\n  - {{ name: edge, kind: http, url: \"http://127.0.0.1:{edge_port}/readyz\", timeout: 200ms }}\n\
+             speaker: {speaker}\n",
+            state = lab.path("state").display(),
+        ),
+    )
+    .unwrap();
+    path
+}

@@ -1,0 +1,176 @@
+//! The agent against real daemons in network namespaces: an upstream BIRD router learns
+//! the VIP from the PoP (ExaBGP, then BIRD), and the route appears in and disappears from
+//! the upstream's kernel table as the PoP's readiness fails and recovers, on drain, and
+//! when the agent stops. Needs root (CI runs as root).
+
+mod lab;
+
+use std::time::{Duration, Instant};
+
+use lab::*;
+use nix::sys::signal::Signal;
+
+const ADMIN_PORT: u16 = 19181;
+const EDGE_PORT: u16 = 19180;
+
+fn wait_up(lab: &Lab, what: &str) -> Duration {
+    lab.wait_vip(true, Duration::from_secs(20))
+        .unwrap_or_else(|| {
+            panic!(
+                "{what}: VIP never reached the upstream\nup: {}\npop: {}\nbird-pop: {}",
+                lab.log("up-bird.log"),
+                lab.log("exabgp.log"),
+                lab.log("pop-bird.log")
+            )
+        })
+}
+
+fn wait_down(lab: &Lab, what: &str, limit: Duration) -> Duration {
+    lab.wait_vip(false, limit)
+        .unwrap_or_else(|| panic!("{what}: VIP still at the upstream after {limit:?}"))
+}
+
+/// Readiness fails and recovers; drain withdraws and holds; the hold-down delays the
+/// way back. Returns the withdraw time after the failure.
+fn exercise_health_and_drain(
+    lab: &Lab,
+    flag: &std::path::Path,
+    config: &std::path::Path,
+) -> Duration {
+    wait_up(lab, "start");
+    std::fs::remove_file(flag).unwrap();
+    let withdraw = wait_down(lab, "readiness failed", Duration::from_secs(3));
+    assert!(
+        withdraw < Duration::from_secs(1),
+        "withdraw took {withdraw:?}"
+    );
+
+    std::fs::write(flag, "").unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(!lab.upstream_has_vip(), "back before the 2 s hold-down");
+    wait_up(lab, "recovered");
+
+    let drained = Instant::now();
+    let out = lab.pop_exec(&[agent_bin(), "drain", "--config", config.to_str().unwrap()]);
+    assert!(out.contains("drained"), "{out}");
+    wait_down(lab, "drain", Duration::from_secs(2));
+    assert!(
+        drained.elapsed() < Duration::from_secs(1),
+        "drain took {:?}",
+        drained.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !lab.upstream_has_vip(),
+        "a drained PoP stays withdrawn while healthy"
+    );
+    let status = lab.pop_exec(&[agent_bin(), "status", "--config", config.to_str().unwrap()]);
+    assert!(status.contains(r#""why": "drained""#), "{status}");
+    lab.pop_exec(&[agent_bin(), "undrain", "--config", config.to_str().unwrap()]);
+    wait_up(lab, "undrained");
+    withdraw
+}
+
+#[test]
+fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
+    let mut lab = Lab::new("x");
+    lab.start_upstream_bird();
+    let flag = lab.path("ready");
+    std::fs::write(&flag, "").unwrap();
+    lab.start_fake_edge(EDGE_PORT, &flag);
+    let config = agent_config(&lab, ADMIN_PORT, EDGE_PORT, "{ kind: exabgp }");
+    let exabgp_conf = lab.path("exabgp.conf");
+    std::fs::write(
+        &exabgp_conf,
+        format!(
+            "process agent {{\n  run {} run --config {};\n  encoder text;\n}}\n\
+             neighbor {UP_ADDR} {{\n  router-id {POP_ADDR};\n  local-address {POP_ADDR};\n  local-as 65001;\n  peer-as 65000;\n  hold-time 9;\n  api {{ processes [ agent ]; }}\n}}\n",
+            agent_bin(),
+            config.display()
+        ),
+    )
+    .unwrap();
+    let pop = lab.pop.clone();
+    lab.spawn(
+        &pop,
+        &[
+            "env",
+            "exabgp.daemon.user=root",
+            "exabgp.api.cli=false",
+            "exabgp.log.destination=stdout",
+            "exabgp",
+            exabgp_conf.to_str().unwrap(),
+        ],
+        "exabgp.log",
+    );
+    let withdraw = exercise_health_and_drain(&lab, &flag, &config);
+    println!("exabgp: readiness failure -> upstream FIB delete in {withdraw:?}");
+
+    // The agent dies (SIGTERM: it withdraws first). ExaBGP respawns it; the new agent
+    // starts withdrawn and announces again only after `rise`.
+    let agent_pid = lab.pop_exec(&[
+        "pgrep",
+        "-f",
+        &format!("{} run --config {}", agent_bin(), config.display()),
+    ]);
+    let agent_pid: u32 = agent_pid
+        .lines()
+        .next()
+        .expect("agent running under ExaBGP")
+        .trim()
+        .parse()
+        .unwrap();
+    lab.kill(agent_pid, Signal::SIGTERM);
+    wait_down(&lab, "agent SIGTERM", Duration::from_secs(3));
+    wait_up(&lab, "respawned agent");
+    let log = lab.log("exabgp.log");
+    assert!(
+        log.matches("bgp-agent started withdrawn").count() >= 2,
+        "ExaBGP did not respawn the agent:\n{log}"
+    );
+}
+
+#[test]
+fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
+    let mut lab = Lab::new("b");
+    lab.start_upstream_bird();
+    let flag = lab.path("ready");
+    std::fs::write(&flag, "").unwrap();
+    lab.start_fake_edge(EDGE_PORT, &flag);
+    let include = lab.path("anycast.conf");
+    std::fs::write(
+        &include,
+        "define ANYCAST_V4 = [ 0.0.0.0/32 ];\ndefine ANYCAST_V6 = [ ::/128 ];\n",
+    )
+    .unwrap();
+    let socket = lab.start_pop_bird(&include);
+    let speaker = format!(
+        "{{ kind: bird, include_file: {}, socket: {} }}",
+        include.display(),
+        socket.display()
+    );
+    let config = agent_config(&lab, ADMIN_PORT, EDGE_PORT, &speaker);
+    let pop = lab.pop.clone();
+    let agent = lab.spawn(
+        &pop,
+        &[agent_bin(), "run", "--config", config.to_str().unwrap()],
+        "agent.log",
+    );
+
+    let withdraw = exercise_health_and_drain(&lab, &flag, &config);
+    println!("bird: readiness failure -> upstream FIB delete in {withdraw:?}");
+    assert!(
+        std::fs::read_to_string(&include)
+            .unwrap()
+            .contains("192.0.2.10/32")
+    );
+
+    lab.kill(agent, Signal::SIGTERM);
+    wait_down(&lab, "agent SIGTERM", Duration::from_secs(3));
+    assert!(
+        lab.wait_exit(agent, Duration::from_secs(3)),
+        "agent did not exit"
+    );
+    let log = lab.log("agent.log");
+    assert!(log.contains("withdrawing before exit"), "{log}");
+}
