@@ -154,6 +154,60 @@ impl Lab {
         sock
     }
 
+    /// ExaBGP in the PoP namespace, peering with the upstream, running `process` (a
+    /// command line) as its API process. Returns ExaBGP's PID.
+    pub fn start_exabgp(&mut self, process: &str, log: &str) -> u32 {
+        let conf = self.path("exabgp.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "process speaker {{\n  run {process};\n  encoder text;\n}}\n\
+                 neighbor {UP_ADDR} {{\n  router-id {POP_ADDR};\n  local-address {POP_ADDR};\n  local-as 65001;\n  peer-as 65000;\n  hold-time 9;\n  api {{ processes [ speaker ]; }}\n}}\n"
+            ),
+        )
+        .unwrap();
+        let pop = self.pop.clone();
+        self.spawn(
+            &pop,
+            &[
+                "env",
+                "exabgp.daemon.user=root",
+                "exabgp.api.cli=false",
+                "exabgp.log.destination=stdout",
+                "exabgp",
+                conf.to_str().unwrap(),
+            ],
+            log,
+        )
+    }
+
+    /// BGP UPDATE messages (announcements plus withdrawals) the upstream received.
+    pub fn upstream_updates(&self) -> u64 {
+        let out = Command::new("birdc")
+            .args([
+                "-s",
+                self.path("up-bird.ctl").to_str().unwrap(),
+                "show",
+                "protocols",
+                "all",
+                "pop",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let received = |line: &str| {
+            line.split_whitespace()
+                .nth(2)
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        text.lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("Import updates:") || l.starts_with("Import withdraws:"))
+            .map(received)
+            .sum()
+    }
+
     /// A stand-in for the edge's admin listener: `/readyz` answers 200 while `flag`
     /// exists, 503 otherwise.
     pub fn start_fake_edge(&mut self, port: u16, flag: &Path) {

@@ -79,28 +79,8 @@ fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
     std::fs::write(&flag, "").unwrap();
     lab.start_fake_edge(EDGE_PORT, &flag);
     let config = agent_config(&lab, ADMIN_PORT, EDGE_PORT, "{ kind: exabgp }");
-    let exabgp_conf = lab.path("exabgp.conf");
-    std::fs::write(
-        &exabgp_conf,
-        format!(
-            "process agent {{\n  run {} run --config {};\n  encoder text;\n}}\n\
-             neighbor {UP_ADDR} {{\n  router-id {POP_ADDR};\n  local-address {POP_ADDR};\n  local-as 65001;\n  peer-as 65000;\n  hold-time 9;\n  api {{ processes [ agent ]; }}\n}}\n",
-            agent_bin(),
-            config.display()
-        ),
-    )
-    .unwrap();
-    let pop = lab.pop.clone();
-    lab.spawn(
-        &pop,
-        &[
-            "env",
-            "exabgp.daemon.user=root",
-            "exabgp.api.cli=false",
-            "exabgp.log.destination=stdout",
-            "exabgp",
-            exabgp_conf.to_str().unwrap(),
-        ],
+    lab.start_exabgp(
+        &format!("{} run --config {}", agent_bin(), config.display()),
         "exabgp.log",
     );
     let withdraw = exercise_health_and_drain(&lab, &flag, &config);
