@@ -3,7 +3,7 @@
 # missing, and the Rust components the checks use. Safe to run again and again.
 set -euo pipefail
 
-packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp)
+packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -17,7 +17,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # These packages start system services; the tests and benchmarks run their own instances.
 if command -v systemctl >/dev/null 2>&1; then
-    systemctl disable --now nginx bird exabgp >/dev/null 2>&1 || true
+    systemctl disable --now nginx bird exabgp nats-server >/dev/null 2>&1 || true
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -9,7 +9,7 @@
 //! Run as root: `cargo bench -p bgp-agent --bench route_flap` (about 8 minutes).
 //! FLAP_SECONDS and REPS shorten it.
 
-#[path = "../tests/lab.rs"]
+#[path = "../tests/lab/mod.rs"]
 mod lab;
 
 use std::io::{BufRead, BufReader};

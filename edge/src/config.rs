@@ -25,6 +25,62 @@ pub struct Settings {
     pub drain_grace: Duration,
     pub shutdown_timeout: Duration,
     pub routes: Vec<Route>,
+    /// Where spooled events go; `None` keeps them in the spool only.
+    pub backhaul: Option<BackhaulSettings>,
+}
+
+#[derive(Clone, Debug)]
+pub struct BackhaulSettings {
+    pub sink: SinkSettings,
+    pub max_in_flight: usize,
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    pub breaker_failures: u32,
+    pub breaker_open_for: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub enum SinkSettings {
+    Nats(NatsSettings),
+    Http(HttpSinkSettings),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSinkSettings {
+    pub url: String,
+    /// Warm HTTP/2 connections kept open to the origin.
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    pub tls: Option<ClientTls>,
+    #[serde(default = "default_publish_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSettings {
+    pub servers: Vec<String>,
+    pub stream: String,
+    /// Create the stream (subjects `webhooks.>`) when it does not exist.
+    #[serde(default)]
+    pub create: bool,
+    #[serde(default = "default_subject")]
+    pub subject: String,
+    pub credentials: Option<PathBuf>,
+    pub token: Option<String>,
+    pub nkey: Option<String>,
+    pub tls: Option<ClientTls>,
+    #[serde(default = "default_publish_timeout", with = "humantime_serde")]
+    pub publish_timeout: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTls {
+    pub ca: Option<PathBuf>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -163,6 +219,64 @@ struct RawConfig {
     #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
     shutdown_timeout: Duration,
     routes: Vec<RawRoute>,
+    backhaul: Option<RawBackhaul>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackhaul {
+    sink: SinkKind,
+    nats: Option<NatsSettings>,
+    http: Option<HttpSinkSettings>,
+    #[serde(default = "default_max_in_flight")]
+    max_in_flight: usize,
+    #[serde(default)]
+    retry: RawRetry,
+    #[serde(default)]
+    breaker: RawBreaker,
+}
+
+#[derive(Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum SinkKind {
+    Nats,
+    Http,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    #[serde(default = "default_retry_base", with = "humantime_serde")]
+    base: Duration,
+    #[serde(default = "default_retry_max", with = "humantime_serde")]
+    max: Duration,
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        Self {
+            base: default_retry_base(),
+            max: default_retry_max(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBreaker {
+    #[serde(default = "default_breaker_failures")]
+    failures: u32,
+    #[serde(default = "default_breaker_open_for", with = "humantime_serde")]
+    open_for: Duration,
+}
+
+impl Default for RawBreaker {
+    fn default() -> Self {
+        Self {
+            failures: default_breaker_failures(),
+            open_for: default_breaker_open_for(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -478,6 +592,82 @@ impl RawConfig {
             });
         }
 
+        let backhaul = self.backhaul.and_then(|raw| {
+            if raw.max_in_flight == 0 {
+                err("backhaul.max_in_flight".into(), "must be positive");
+            }
+            if raw.retry.base.is_zero() || raw.retry.max < raw.retry.base {
+                err("backhaul.retry".into(), "needs 0 < base <= max");
+            }
+            let sink = match (raw.sink, raw.nats, raw.http) {
+                (SinkKind::Http, _, Some(http)) => {
+                    if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
+                        err(
+                            "backhaul.http.url".into(),
+                            "must be an http:// or https:// URL",
+                        );
+                    }
+                    if http.connections == 0 {
+                        err("backhaul.http.connections".into(), "must be at least 1");
+                    }
+                    if http.url.starts_with("https://")
+                        && http.tls.as_ref().and_then(|t| t.ca.as_ref()).is_none()
+                    {
+                        err(
+                            "backhaul.http.tls.ca".into(),
+                            "required for an https:// origin",
+                        );
+                    }
+                    SinkSettings::Http(http)
+                }
+                (SinkKind::Http, _, None) => {
+                    err(
+                        "backhaul.http".into(),
+                        "required when backhaul.sink is http",
+                    );
+                    return None;
+                }
+                (SinkKind::Nats, Some(nats), _) => {
+                    if nats.servers.is_empty() {
+                        err(
+                            "backhaul.nats.servers".into(),
+                            "must list at least one server",
+                        );
+                    }
+                    if nats.stream.is_empty() {
+                        err("backhaul.nats.stream".into(), "must not be empty");
+                    }
+                    let auth = [
+                        nats.credentials.is_some(),
+                        nats.token.is_some(),
+                        nats.nkey.is_some(),
+                    ];
+                    if auth.iter().filter(|a| **a).count() > 1 {
+                        err(
+                            "backhaul.nats".into(),
+                            "set at most one of credentials, token, nkey",
+                        );
+                    }
+                    SinkSettings::Nats(nats)
+                }
+                (SinkKind::Nats, None, _) => {
+                    err(
+                        "backhaul.nats".into(),
+                        "required when backhaul.sink is nats",
+                    );
+                    return None;
+                }
+            };
+            Some(BackhaulSettings {
+                sink,
+                max_in_flight: raw.max_in_flight,
+                retry_base: raw.retry.base,
+                retry_max: raw.retry.max,
+                breaker_failures: raw.breaker.failures,
+                breaker_open_for: raw.breaker.open_for,
+            })
+        });
+
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -520,6 +710,7 @@ impl RawConfig {
             drain_grace: self.drain_grace,
             shutdown_timeout: self.shutdown_timeout,
             routes,
+            backhaul,
         })
     }
 }
@@ -577,6 +768,30 @@ fn default_tolerance() -> Duration {
 }
 fn default_dedupe_window() -> usize {
     65_536
+}
+fn default_subject() -> String {
+    "webhooks.{pop}.{route}".into()
+}
+fn default_publish_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_connections() -> usize {
+    4
+}
+fn default_max_in_flight() -> usize {
+    256
+}
+fn default_retry_base() -> Duration {
+    Duration::from_millis(200)
+}
+fn default_retry_max() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_breaker_failures() -> u32 {
+    5
+}
+fn default_breaker_open_for() -> Duration {
+    Duration::from_secs(5)
 }
 fn default_digest() -> Digest {
     Digest::Sha256

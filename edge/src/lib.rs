@@ -3,9 +3,11 @@
 //!
 //! Where things are: `verify/` checks signatures (one file per provider), `event`
 //! extracts event ids, `spool/` stores events durably, `http/webhook` is the request
-//! path, `server` accepts connections, `admin` serves health and metrics.
+//! path, `server` accepts connections, `admin` serves health and metrics, `backhaul/` forwards the spool to
+//! the origin queue.
 
 pub mod admin;
+pub mod backhaul;
 pub mod config;
 pub mod event;
 pub mod http;

@@ -55,6 +55,17 @@ pub struct Metrics {
     pub tls_handshakes: Family<Handshake, Counter>,
     pub tls_handshake_failures: Family<Reason, Counter>,
     pub accept_errors: Family<Reason, Counter>,
+    pub backhaul_dials: Counter,
+    pub backhaul_ready_connections: Gauge,
+    pub backhaul_acks: Counter,
+    pub backhaul_duplicates: Counter,
+    pub backhaul_retries: Family<Reason, Counter>,
+    pub backhaul_dead_letters: Counter,
+    pub backhaul_publish_seconds: Histogram,
+    pub backhaul_delivery_seconds: Histogram,
+    pub backhaul_lag_records: Gauge,
+    pub backhaul_oldest_undelivered_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub backhaul_breaker_state: Gauge,
 }
 
 impl Metrics {
@@ -78,6 +89,17 @@ impl Metrics {
             tls_handshakes: Family::default(),
             tls_handshake_failures: Family::default(),
             accept_errors: Family::default(),
+            backhaul_dials: Counter::default(),
+            backhaul_ready_connections: Gauge::default(),
+            backhaul_acks: Counter::default(),
+            backhaul_duplicates: Counter::default(),
+            backhaul_retries: Family::default(),
+            backhaul_dead_letters: Counter::default(),
+            backhaul_publish_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            backhaul_delivery_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 20)),
+            backhaul_lag_records: Gauge::default(),
+            backhaul_oldest_undelivered_seconds: Gauge::default(),
+            backhaul_breaker_state: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -149,6 +171,61 @@ impl Metrics {
             "accept_errors",
             "accept() failures, by reason",
             m.accept_errors.clone(),
+        );
+        registry.register(
+            "backhaul_dials",
+            "Connections established to the origin",
+            m.backhaul_dials.clone(),
+        );
+        registry.register(
+            "backhaul_ready_connections",
+            "Origin connections open and ready",
+            m.backhaul_ready_connections.clone(),
+        );
+        registry.register(
+            "backhaul_acks",
+            "Events the origin acknowledged",
+            m.backhaul_acks.clone(),
+        );
+        registry.register(
+            "backhaul_duplicates",
+            "Acknowledged events the origin already had (dropped by event id)",
+            m.backhaul_duplicates.clone(),
+        );
+        registry.register(
+            "backhaul_retries",
+            "Delivery retries, by reason",
+            m.backhaul_retries.clone(),
+        );
+        registry.register(
+            "backhaul_dead_letters",
+            "Events the origin refused for good, kept in the dead-letter store",
+            m.backhaul_dead_letters.clone(),
+        );
+        registry.register(
+            "backhaul_publish_seconds",
+            "Publish to acknowledgement, per attempt",
+            m.backhaul_publish_seconds.clone(),
+        );
+        registry.register(
+            "backhaul_delivery_seconds",
+            "Receive (2xx) to origin acknowledgement",
+            m.backhaul_delivery_seconds.clone(),
+        );
+        registry.register(
+            "backhaul_lag_records",
+            "Durable records the origin has not confirmed",
+            m.backhaul_lag_records.clone(),
+        );
+        registry.register(
+            "backhaul_oldest_undelivered_seconds",
+            "Age of the oldest record read but not confirmed",
+            m.backhaul_oldest_undelivered_seconds.clone(),
+        );
+        registry.register(
+            "backhaul_breaker_state",
+            "Origin circuit breaker: 0 closed, 1 open, 2 half-open",
+            m.backhaul_breaker_state.clone(),
         );
         Self { registry, ..m }
     }

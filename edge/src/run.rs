@@ -71,6 +71,27 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         http: Arc::new(connection_builder(&settings.http)),
         handshake_timeout: settings.tls.handshake_timeout,
     });
+    let (stop_backhaul, backhaul_stopped) = watch::channel(false);
+    let backhaul = match &settings.backhaul {
+        Some(backhaul) => {
+            let sink = Arc::new(
+                crate::backhaul::Sink::connect(backhaul, &settings.pop, Arc::clone(&metrics))
+                    .await?,
+            );
+            let task = crate::backhaul::run(
+                Arc::clone(&spool),
+                sink,
+                backhaul.clone(),
+                Arc::clone(&metrics),
+                backhaul_stopped,
+            );
+            Some(tokio::spawn(task.in_current_span()))
+        }
+        None => {
+            tracing::warn!("no backhaul configured: events stay in the spool");
+            None
+        }
+    };
     let (stop, stopped) = watch::channel(false);
     let accepting = tokio::spawn(server.run(listeners, stopped).in_current_span());
     readiness.listening.store(true, Ordering::Release);
@@ -100,6 +121,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .is_err()
     {
         tracing::warn!("connections still open after shutdown_timeout; closing them");
+    }
+    let _ = stop_backhaul.send(true);
+    if let Some(backhaul) = backhaul {
+        let _ = backhaul.await;
     }
     spool.close().await;
     tracing::info!("edge stopped");

@@ -158,6 +158,10 @@ impl Spool {
         }
     }
 
+    pub fn dir(&self) -> &std::path::Path {
+        &self.shared.dir
+    }
+
     pub fn durable_seq(&self) -> u64 {
         self.shared.durable_seq.load(Ordering::Acquire)
     }

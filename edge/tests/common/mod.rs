@@ -107,6 +107,16 @@ impl Edge {
         edge
     }
 
+    /// Restarts this edge with `section` appended to its config (e.g. a backhaul block).
+    pub fn with_backhaul(mut self, section: &str) -> Edge {
+        self.kill9();
+        let mut text = std::fs::read_to_string(&self.config).unwrap();
+        text.push_str(section);
+        std::fs::write(&self.config, text).unwrap();
+        self.spawn();
+        self
+    }
+
     /// Starts the binary (again) on the same config and spool, and waits for /readyz.
     pub fn spawn(&mut self) {
         let runs = std::fs::read_dir(self.dir.path()).unwrap().filter(|e| {

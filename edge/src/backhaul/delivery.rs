@@ -1,0 +1,235 @@
+//! The delivery loop: spool → sink, in order, with bounded concurrency, and a checkpoint
+//! that only ever covers what the origin confirmed.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::watch;
+
+use super::breaker::{Breaker, Permit, State};
+use super::retry::{Backoff, unit_random};
+use super::{DeliveryError, Sink, dead_letter};
+use crate::config::BackhaulSettings;
+use crate::metrics::{Metrics, Reason};
+use crate::spool::Spool;
+use crate::spool::record::Record;
+
+/// Runs until `stop` turns true; writes a last checkpoint before returning.
+pub async fn run(
+    spool: Arc<Spool>,
+    sink: Arc<Sink>,
+    settings: BackhaulSettings,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut reader = Some(spool.reader());
+    let mut confirmed = reader.as_ref().expect("reader").next_seq() - 1;
+    let mut checkpointed = confirmed;
+    let mut done = BTreeSet::new();
+    let mut outstanding: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut pending = VecDeque::new();
+    let mut deliveries = FuturesUnordered::new();
+    let shared = Arc::new(DeliveryContext {
+        sink,
+        breaker: Mutex::new(Breaker::new(
+            settings.breaker_failures,
+            settings.breaker_open_for,
+        )),
+        backoff: Backoff {
+            base: settings.retry_base,
+            max: settings.retry_max,
+        },
+        metrics: Arc::clone(&metrics),
+        spool_dir: spool.dir().to_owned(),
+    });
+    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if pending.is_empty() && deliveries.len() < settings.max_in_flight {
+            let mut taken = reader.take().expect("reader");
+            let (returned, batch) = tokio::task::spawn_blocking(move || {
+                let batch = taken.read_batch(READ_BATCH);
+                (taken, batch)
+            })
+            .await
+            .expect("spool reader task");
+            reader = Some(returned);
+            match batch {
+                Ok(records) => {
+                    for record in records {
+                        outstanding.insert(record.seq, record.received_ms);
+                        pending.push_back(record);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "backhaul cannot read the spool; retrying");
+                    metrics
+                        .backhaul_retries
+                        .get_or_create(&Reason {
+                            reason: "spool_read",
+                        })
+                        .inc();
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+        while deliveries.len() < settings.max_in_flight
+            && let Some(record) = pending.pop_front()
+        {
+            deliveries.push(Arc::clone(&shared).deliver(record));
+        }
+        metrics
+            .backhaul_lag_records
+            .set(spool.durable_seq().saturating_sub(confirmed) as i64);
+        let oldest = outstanding
+            .first_key_value()
+            .map_or(0, |(_, received_ms)| now_ms().saturating_sub(*received_ms));
+        metrics
+            .backhaul_oldest_undelivered_seconds
+            .set(oldest as f64 / 1e3);
+
+        let read_up_to = reader.as_ref().expect("reader").next_seq() - 1;
+        let want_more = pending.is_empty() && deliveries.len() < settings.max_in_flight;
+        tokio::select! {
+            Some(seq) = deliveries.next() => {
+                outstanding.remove(&seq);
+                done.insert(seq);
+                while done.remove(&(confirmed + 1)) {
+                    confirmed += 1;
+                }
+            }
+            _ = spool.wait_durable_after(read_up_to), if want_more => {}
+            _ = tick.tick() => {
+                if confirmed > checkpointed {
+                    match spool.advance_checkpoint(confirmed).await {
+                        Ok(()) => checkpointed = confirmed,
+                        Err(e) => tracing::error!(error = %e, "backhaul cannot write the checkpoint"),
+                    }
+                }
+            }
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+    if confirmed > checkpointed
+        && let Err(e) = spool.advance_checkpoint(confirmed).await
+    {
+        tracing::error!(error = %e, "backhaul cannot write the last checkpoint");
+    }
+    tracing::info!(checkpoint = confirmed, "backhaul stopped");
+}
+
+struct DeliveryContext {
+    sink: Arc<Sink>,
+    breaker: Mutex<Breaker>,
+    backoff: Backoff,
+    metrics: Arc<Metrics>,
+    spool_dir: std::path::PathBuf,
+}
+
+impl DeliveryContext {
+    /// Delivers one record until the origin has it (or keeps it as a dead letter);
+    /// returns its sequence number.
+    async fn deliver(self: Arc<Self>, record: Record) -> u64 {
+        let mut attempt = 0;
+        loop {
+            let permit = self
+                .breaker
+                .lock()
+                .expect("breaker lock")
+                .permit(Instant::now());
+            self.publish_breaker_state();
+            if let Permit::Wait(pause) = permit {
+                tokio::time::sleep(pause.min(Duration::from_secs(1))).await;
+                continue;
+            }
+            let started = Instant::now();
+            match self.sink.deliver(&record).await {
+                Ok(()) => {
+                    self.breaker.lock().expect("breaker lock").on_success();
+                    self.metrics.backhaul_acks.inc();
+                    self.metrics
+                        .backhaul_publish_seconds
+                        .observe(started.elapsed().as_secs_f64());
+                    let age_ms = now_ms().saturating_sub(record.received_ms);
+                    self.metrics
+                        .backhaul_delivery_seconds
+                        .observe(age_ms as f64 / 1e3);
+                    return record.seq;
+                }
+                Err(DeliveryError::Rejected(why)) => {
+                    self.breaker.lock().expect("breaker lock").on_success();
+                    let dir = self.spool_dir.clone();
+                    let kept = record.clone();
+                    match tokio::task::spawn_blocking(move || dead_letter::store(&dir, &kept))
+                        .await
+                        .expect("dead-letter task")
+                    {
+                        Ok(path) => {
+                            self.metrics.backhaul_dead_letters.inc();
+                            tracing::warn!(seq = record.seq, event_id = %record.event_id, why = %why, path = %path.display(), "origin rejected an event; kept as a dead letter");
+                            return record.seq;
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot store a dead letter; will retry the delivery");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+                Err(DeliveryError::Retry {
+                    reason,
+                    detail,
+                    after,
+                }) => {
+                    self.breaker
+                        .lock()
+                        .expect("breaker lock")
+                        .on_failure(Instant::now());
+                    self.metrics
+                        .backhaul_retries
+                        .get_or_create(&Reason { reason })
+                        .inc();
+                    let pause = self
+                        .backoff
+                        .delay(attempt, unit_random())
+                        .max(after.unwrap_or_default());
+                    tracing::debug!(seq = record.seq, reason, detail = %detail, pause_ms = pause.as_millis() as u64, "delivery failed; retrying");
+                    attempt = attempt.saturating_add(1);
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    fn publish_breaker_state(&self) {
+        let state = self
+            .breaker
+            .lock()
+            .expect("breaker lock")
+            .state(Instant::now());
+        let value = match state {
+            State::Closed => 0,
+            State::Open => 1,
+            State::HalfOpen => 2,
+        };
+        self.metrics.backhaul_breaker_state.set(value);
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
+
+/// Checkpoint writes are fsyncs: batch them. A crash resends at most this much, and the
+/// origin drops the duplicates by event id.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+const READ_BATCH: usize = 512;

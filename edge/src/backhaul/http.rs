@@ -1,0 +1,312 @@
+//! HTTP/2 origin sink. `connections` HTTP/2 connections are dialled at start and kept
+//! warm with PING frames; a connection that dies is re-dialled in the background with
+//! backoff and full jitter, before the next event needs it. `https://` origins get TLS
+//! (ALPN h2, optional mTLS); `http://` origins get HTTP/2 with prior knowledge.
+//!
+//! Each event is a POST of the raw body with the kept provider headers, the edge's own
+//! `Edge-*` headers and `Idempotency-Key: <event id>`. 2xx is delivered; 408, 429 and
+//! 5xx are retried (honouring `Retry-After`); any other 4xx is refused for good.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
+use http_body_util::Full;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::sync::watch;
+
+use super::DeliveryError;
+use super::retry::{Backoff, parse_retry_after, unit_random};
+use crate::config::{ClientTls, HttpSinkSettings};
+use crate::metrics::Metrics;
+use crate::spool::record::Record;
+
+type Sender = http2::SendRequest<Full<Bytes>>;
+
+pub struct HttpSink {
+    uri: Uri,
+    timeout: Duration,
+    slots: Vec<watch::Receiver<Option<Sender>>>,
+    next: AtomicUsize,
+}
+
+impl HttpSink {
+    pub async fn connect(
+        settings: &HttpSinkSettings,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let uri: Uri = settings
+            .url
+            .parse()
+            .with_context(|| format!("backhaul.http.url {}", settings.url))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => Some(tokio_rustls::TlsConnector::from(client_tls(
+                settings.tls.as_ref(),
+            )?)),
+            Some("http") => None,
+            _ => anyhow::bail!("backhaul.http.url: must be http:// or https://"),
+        };
+        let dialer = Arc::new(Dialer {
+            uri: uri.clone(),
+            tls,
+            metrics,
+        });
+        let mut slots = Vec::new();
+        for _ in 0..settings.connections {
+            let (tx, rx) = watch::channel(None);
+            tokio::spawn(Arc::clone(&dialer).keep_warm(tx));
+            slots.push(rx);
+        }
+        // Give the first dials a moment so the first event finds a warm connection; an
+        // unreachable origin must not delay the edge's start for long.
+        let deadline = tokio::time::Instant::now() + INITIAL_DIAL_WAIT;
+        for slot in &mut slots {
+            let _ = tokio::time::timeout_at(deadline, slot.wait_for(Option::is_some)).await;
+        }
+        Ok(Self {
+            uri,
+            timeout: settings.timeout,
+            slots,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
+        let mut sender = self.ready_sender().ok_or(DeliveryError::Retry {
+            reason: "not_connected",
+            detail: "no warm connection to the origin".into(),
+            after: None,
+        })?;
+        let request = self
+            .request(record)
+            .map_err(|e| DeliveryError::Rejected(format!("cannot form a request: {e}")))?;
+        let response = tokio::time::timeout(self.timeout, sender.send_request(request))
+            .await
+            .map_err(|_| {
+                retry(
+                    "timeout",
+                    format!("no answer within {:?}", self.timeout),
+                    None,
+                )
+            })?
+            .map_err(|e| retry("connection", e.to_string(), None))?;
+        classify(
+            response.status(),
+            response.headers().get(http::header::RETRY_AFTER),
+            SystemTime::now(),
+        )
+    }
+
+    fn ready_sender(&self) -> Option<Sender> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..self.slots.len()).find_map(|i| {
+            let slot = &self.slots[(start + i) % self.slots.len()];
+            slot.borrow().as_ref().filter(|s| s.is_ready()).cloned()
+        })
+    }
+
+    fn request(&self, record: &Record) -> Result<Request<Full<Bytes>>, http::Error> {
+        let mut builder = Request::post(self.uri.clone())
+            .header("idempotency-key", record.event_id.as_str())
+            .header("edge-pop", record.pop.as_str())
+            .header("edge-route", record.route.as_str())
+            .header("edge-seq", record.seq)
+            .header("edge-received-ms", record.received_ms)
+            .header("edge-early", if record.early { "1" } else { "0" });
+        for (name, value) in &record.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::try_from(name.as_str()),
+                HeaderValue::from_bytes(value),
+            ) {
+                builder = builder.header(name, value);
+            }
+        }
+        builder.body(Full::new(Bytes::from(record.body.clone())))
+    }
+}
+
+/// What an origin's answer means for the event.
+pub fn classify(
+    status: StatusCode,
+    retry_after: Option<&HeaderValue>,
+    now: SystemTime,
+) -> Result<(), DeliveryError> {
+    let after = retry_after
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, now));
+    match status.as_u16() {
+        200..=299 => Ok(()),
+        429 => Err(retry("throttled", status.to_string(), after)),
+        503 => Err(retry("unavailable", status.to_string(), after)),
+        408 => Err(retry("timeout", status.to_string(), after)),
+        500..=599 => Err(retry("server_error", status.to_string(), after)),
+        _ => Err(DeliveryError::Rejected(format!("origin answered {status}"))),
+    }
+}
+
+fn retry(reason: &'static str, detail: String, after: Option<Duration>) -> DeliveryError {
+    DeliveryError::Retry {
+        reason,
+        detail,
+        after,
+    }
+}
+
+struct Dialer {
+    uri: Uri,
+    tls: Option<tokio_rustls::TlsConnector>,
+    metrics: Arc<Metrics>,
+}
+
+impl Dialer {
+    /// Keeps one connection open for as long as the edge runs.
+    async fn keep_warm(self: Arc<Self>, slot: watch::Sender<Option<Sender>>) {
+        let backoff = Backoff {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+        };
+        let mut failures = 0;
+        loop {
+            match self.dial().await {
+                Ok((sender, connection)) => {
+                    failures = 0;
+                    self.metrics.backhaul_dials.inc();
+                    self.metrics.backhaul_ready_connections.inc();
+                    let _ = slot.send(Some(sender));
+                    if let Err(e) = connection.await {
+                        tracing::warn!(error = %e, origin = %self.uri, "backhaul: origin connection closed");
+                    }
+                    self.metrics.backhaul_ready_connections.dec();
+                    let _ = slot.send(None);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), origin = %self.uri, "backhaul: cannot connect to the origin");
+                }
+            }
+            if slot.is_closed() {
+                return;
+            }
+            tokio::time::sleep(backoff.delay(failures, unit_random())).await;
+            failures = failures.saturating_add(1);
+        }
+    }
+
+    async fn dial(
+        &self,
+    ) -> anyhow::Result<(Sender, tokio::task::JoinHandle<Result<(), hyper::Error>>)> {
+        let host = self.uri.host().context("origin url has no host")?;
+        let port = self
+            .uri
+            .port_u16()
+            .unwrap_or(if self.tls.is_some() { 443 } else { 80 });
+        let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
+            .await
+            .context("connect timed out")??;
+        tcp.set_nodelay(true)?;
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
+        match &self.tls {
+            Some(connector) => {
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())?;
+                let stream = tokio::time::timeout(DIAL_TIMEOUT, connector.connect(name, tcp))
+                    .await
+                    .context("TLS handshake timed out")??;
+                let (sender, connection) = builder.handshake(TokioIo::new(stream)).await?;
+                Ok((sender, tokio::spawn(connection)))
+            }
+            None => {
+                let (sender, connection) = builder.handshake(TokioIo::new(tcp)).await?;
+                Ok((sender, tokio::spawn(connection)))
+            }
+        }
+    }
+}
+
+fn client_tls(tls: Option<&ClientTls>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = tls
+        .and_then(|t| t.ca.as_ref())
+        .context("backhaul.http.tls.ca is required for https origins")?;
+    let pem =
+        std::fs::read(ca).with_context(|| format!("backhaul.http.tls.ca {}", ca.display()))?;
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(cert?)?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots);
+    let mut config = match tls.and_then(|t| t.client_cert.as_ref().zip(t.client_key.as_ref())) {
+        Some((cert, key)) => {
+            let chain = rustls_pemfile::certs(&mut std::fs::read(cert)?.as_slice())
+                .collect::<Result<Vec<_>, _>>()?;
+            let key = rustls_pemfile::private_key(&mut std::fs::read(key)?.as_slice())?
+                .context("backhaul.http.tls.client_key: no key")?;
+            builder.with_client_auth_cert(chain, key)?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+const INITIAL_DIAL_WAIT: Duration = Duration::from_secs(2);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_map_to_delivered_retry_or_rejected() {
+        let now = SystemTime::UNIX_EPOCH;
+        assert!(classify(StatusCode::OK, None, now).is_ok());
+        assert!(classify(StatusCode::ACCEPTED, None, now).is_ok());
+        let seconds = HeaderValue::from_static("7");
+        match classify(StatusCode::SERVICE_UNAVAILABLE, Some(&seconds), now) {
+            Err(DeliveryError::Retry {
+                reason: "unavailable",
+                after,
+                ..
+            }) => assert_eq!(after, Some(Duration::from_secs(7))),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            classify(StatusCode::TOO_MANY_REQUESTS, None, now),
+            Err(DeliveryError::Retry {
+                reason: "throttled",
+                after: None,
+                ..
+            })
+        ));
+        assert!(matches!(
+            classify(StatusCode::REQUEST_TIMEOUT, None, now),
+            Err(DeliveryError::Retry { .. })
+        ));
+        assert!(matches!(
+            classify(StatusCode::BAD_GATEWAY, None, now),
+            Err(DeliveryError::Retry {
+                reason: "server_error",
+                ..
+            })
+        ));
+        assert!(matches!(
+            classify(StatusCode::BAD_REQUEST, None, now),
+            Err(DeliveryError::Rejected(_))
+        ));
+        assert!(matches!(
+            classify(StatusCode::NOT_FOUND, None, now),
+            Err(DeliveryError::Rejected(_))
+        ));
+    }
+}

@@ -1,0 +1,67 @@
+//! The backhaul: moves spooled events to the origin over connections kept open ahead of
+//! time. It reads the spool in order from the checkpoint, keeps up to `max_in_flight`
+//! deliveries outstanding, retries with backoff and jitter behind a circuit breaker, and
+//! advances the checkpoint only through the contiguous prefix the origin acknowledged.
+//! At-least-once: after a crash the unacknowledged tail is sent again, and the event id
+//! travels with each message so the origin drops the duplicates.
+
+mod breaker;
+mod dead_letter;
+mod delivery;
+mod http;
+mod nats;
+mod retry;
+
+use std::time::Duration;
+
+pub use delivery::run;
+
+use crate::config::{BackhaulSettings, SinkSettings};
+use crate::spool::record::Record;
+
+/// Where events go.
+pub enum Sink {
+    Nats(Box<nats::NatsSink>),
+    Http(http::HttpSink),
+}
+
+/// Why one delivery did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// Worth retrying (origin down, timeout, overload); `after` is the origin's own hint.
+    #[error("{reason}")]
+    Retry {
+        reason: &'static str,
+        detail: String,
+        after: Option<Duration>,
+    },
+    /// The origin refused this event for good: keep it in the dead-letter store.
+    #[error("rejected: {0}")]
+    Rejected(String),
+}
+
+impl Sink {
+    /// Connects (in the background when the origin is not reachable yet).
+    pub async fn connect(
+        settings: &BackhaulSettings,
+        pop: &str,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> anyhow::Result<Sink> {
+        match &settings.sink {
+            SinkSettings::Nats(nats) => {
+                let sink = nats::NatsSink::connect(nats, pop, metrics).await?;
+                Ok(Sink::Nats(Box::new(sink)))
+            }
+            SinkSettings::Http(http) => {
+                Ok(Sink::Http(http::HttpSink::connect(http, metrics).await?))
+            }
+        }
+    }
+
+    pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
+        match self {
+            Sink::Nats(sink) => sink.deliver(record).await,
+            Sink::Http(sink) => sink.deliver(record).await,
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! NATS JetStream sink. The client connects at start and keeps the connection warm
+//! (PINGs, reconnects with backoff in the background). Each event is published with
+//! `Nats-Msg-Id` = its event id, so the stream drops duplicates from retries, replays and
+//! other PoPs inside its duplicate window, and the publish counts only once JetStream's
+//! PubAck arrives.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use async_nats::HeaderMap;
+use async_nats::jetstream;
+use tokio::sync::OnceCell;
+
+use super::DeliveryError;
+use crate::config::NatsSettings;
+use crate::metrics::{Metrics, Reason};
+use crate::spool::record::Record;
+
+pub struct NatsSink {
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+    settings: NatsSettings,
+    stream_ready: OnceCell<()>,
+    metrics: Arc<Metrics>,
+}
+
+impl NatsSink {
+    pub async fn connect(
+        settings: &NatsSettings,
+        pop: &str,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let mut options = match &settings.credentials {
+            Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
+                .await
+                .with_context(|| format!("backhaul.nats.credentials {}", path.display()))?,
+            None => async_nats::ConnectOptions::new(),
+        };
+        if let Some(token) = &settings.token {
+            options = options.token(token.clone());
+        }
+        if let Some(seed) = &settings.nkey {
+            options = options.nkey(seed.clone());
+        }
+        if let Some(tls) = &settings.tls {
+            options = options.require_tls(true);
+            if let Some(ca) = &tls.ca {
+                options = options.add_root_certificates(ca.clone());
+            }
+            if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
+                options = options.add_client_certificate(cert.clone(), key.clone());
+            }
+        }
+        let events_metrics = Arc::clone(&metrics);
+        let client = options
+            .name(format!("edge-{pop}"))
+            .ping_interval(Duration::from_secs(10))
+            .connection_timeout(Duration::from_secs(5))
+            .retry_on_initial_connect()
+            .event_callback(move |event| {
+                let metrics = Arc::clone(&events_metrics);
+                async move {
+                    match event {
+                        async_nats::Event::Connected => {
+                            metrics.backhaul_dials.inc();
+                            metrics.backhaul_ready_connections.set(1);
+                            tracing::info!("backhaul: connected to NATS");
+                        }
+                        async_nats::Event::Disconnected => {
+                            metrics.backhaul_ready_connections.set(0);
+                            tracing::warn!(
+                                "backhaul: disconnected from NATS; reconnecting in the background"
+                            );
+                        }
+                        other => tracing::info!(event = %other, "backhaul: NATS event"),
+                    }
+                }
+            })
+            .connect(settings.servers.clone())
+            .await
+            .context("backhaul.nats.servers")?;
+        let jetstream = jetstream::new(client.clone());
+        // Dial before the edge reports ready, but never wait long: an origin outage must
+        // not keep a PoP out of service.
+        let started = Instant::now();
+        while client.connection_state() != async_nats::connection::State::Connected
+            && started.elapsed() < INITIAL_DIAL_WAIT
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Self {
+            client,
+            jetstream,
+            settings: settings.clone(),
+            stream_ready: OnceCell::new(),
+            metrics,
+        })
+    }
+
+    pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            return Err(retry("not_connected", "no connection to NATS".into()));
+        }
+        self.stream_ready
+            .get_or_try_init(|| self.ensure_stream())
+            .await?;
+        let subject = self.subject(record);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            record.event_id.as_str(),
+        );
+        headers.insert("Edge-Pop", record.pop.as_str());
+        headers.insert("Edge-Route", record.route.as_str());
+        headers.insert("Edge-Seq", record.seq.to_string().as_str());
+        headers.insert("Edge-Received-Ms", record.received_ms.to_string().as_str());
+        headers.insert("Edge-Early", if record.early { "1" } else { "0" });
+        for (name, value) in &record.headers {
+            if let Ok(value) = std::str::from_utf8(value) {
+                headers.append(name.as_str(), value);
+            }
+        }
+        let publish = async {
+            let ack = self
+                .jetstream
+                .publish_with_headers(subject, headers, record.body.clone().into())
+                .await
+                .map_err(|e| retry("publish", e.to_string()))?;
+            ack.await.map_err(|e| retry("puback", e.to_string()))
+        };
+        let ack = tokio::time::timeout(self.settings.publish_timeout, publish)
+            .await
+            .map_err(|_| {
+                retry(
+                    "timeout",
+                    format!("no PubAck within {:?}", self.settings.publish_timeout),
+                )
+            })??;
+        if ack.duplicate {
+            self.metrics.backhaul_duplicates.inc();
+        }
+        Ok(())
+    }
+
+    fn subject(&self, record: &Record) -> String {
+        self.settings
+            .subject
+            .replace("{pop}", &token(&record.pop))
+            .replace("{route}", &token(&record.route))
+    }
+
+    async fn ensure_stream(&self) -> Result<(), DeliveryError> {
+        let name = &self.settings.stream;
+        let found = if self.settings.create {
+            let config = jetstream::stream::Config {
+                name: name.clone(),
+                subjects: vec!["webhooks.>".into()],
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            };
+            self.jetstream
+                .get_or_create_stream(config)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        } else {
+            self.jetstream
+                .get_stream(name)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        found.map_err(|e| {
+            self.metrics
+                .backhaul_retries
+                .get_or_create(&Reason { reason: "stream" })
+                .inc();
+            retry("stream", format!("stream {name}: {e}"))
+        })
+    }
+}
+
+fn retry(reason: &'static str, detail: String) -> DeliveryError {
+    DeliveryError::Retry {
+        reason,
+        detail,
+        after: None,
+    }
+}
+
+/// A subject token: NATS separates tokens with `.` and reserves `*` and `>`.
+fn token(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+const INITIAL_DIAL_WAIT: Duration = Duration::from_secs(2);

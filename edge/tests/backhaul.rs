@@ -1,0 +1,268 @@
+//! The backhaul against a real nats-server with JetStream (from Debian), started here on
+//! a loopback port with its store in a temp dir, stopped by PID.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+struct Nats {
+    child: Option<Child>,
+    port: u16,
+    store: tempfile::TempDir,
+}
+
+impl Nats {
+    fn start() -> Nats {
+        let mut nats = Nats {
+            child: None,
+            port: free_port(),
+            store: tempfile::tempdir().unwrap(),
+        };
+        nats.spawn();
+        nats
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(self.store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server is installed by the test setup");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    async fn jetstream(&self) -> async_nats::jetstream::Context {
+        async_nats::jetstream::new(async_nats::connect(self.url()).await.unwrap())
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn backhaul_config(nats: &Nats) -> String {
+    format!(
+        "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: WEBHOOKS, create: true }}\n  max_in_flight: 64\n  retry: {{ base: 50ms, max: 500ms }}\n",
+        nats.url()
+    )
+}
+
+/// Every message in the stream: event id → (body, headers).
+async fn stream_messages(nats: &Nats) -> HashMap<String, (Vec<u8>, async_nats::HeaderMap)> {
+    let js = nats.jetstream().await;
+    let mut stream = js.get_stream("WEBHOOKS").await.unwrap();
+    let last = stream.info().await.unwrap().state.last_sequence;
+    let mut out = HashMap::new();
+    for seq in 1..=last {
+        let Ok(message) = stream.get_raw_message(seq).await else {
+            continue;
+        };
+        let headers = message.headers.clone();
+        let id = headers
+            .get(async_nats::header::NATS_MESSAGE_ID)
+            .unwrap_or_else(|| panic!("no Nats-Msg-Id in {headers:?}"))
+            .to_string();
+        assert!(
+            out.insert(id.clone(), (message.payload.to_vec(), headers))
+                .is_none(),
+            "{id} is in the stream twice"
+        );
+    }
+    out
+}
+
+async fn wait_for_count(nats: &Nats, count: u64, limit: Duration) -> u64 {
+    let js = nats.jetstream().await;
+    let started = Instant::now();
+    loop {
+        let seen = match js.get_stream("WEBHOOKS").await {
+            Ok(mut stream) => stream.info().await.map(|i| i.state.messages).unwrap_or(0),
+            Err(_) => 0,
+        };
+        if seen >= count || started.elapsed() > limit {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Posts `ids` with bounded concurrency; returns the ids that got a 202.
+async fn post_all(edge: &Edge, ids: Vec<String>) -> Vec<String> {
+    let client = client(edge, false);
+    let permits = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        let permit = Arc::clone(&permits).acquire_owned().await.unwrap();
+        let request = github_post(&client, edge, &id, body_for(&id).as_bytes());
+        tasks.spawn(async move {
+            let _permit = permit;
+            match request.send().await {
+                Ok(r) if r.status() == 202 => Some(id),
+                _ => None,
+            }
+        });
+    }
+    let mut acked = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        acked.extend(result.unwrap());
+    }
+    acked
+}
+
+fn body_for(id: &str) -> String {
+    format!(
+        r#"{{"delivery":"{id}","pad":"{}"}}"#,
+        "b".repeat(id.len() * 7 % 300)
+    )
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i:05}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
+    let mut nats = Nats::start();
+    let mut edge = Edge::start("", &format!("{}\n", "")).with_backhaul(&backhaul_config(&nats));
+
+    // 1,000 events: exactly 1,000 messages, bodies byte-identical, headers carried.
+    let acked = post_all(&edge, ids("first", 1000)).await;
+    assert_eq!(acked.len(), 1000);
+    assert_eq!(
+        wait_for_count(&nats, 1000, Duration::from_secs(30)).await,
+        1000
+    );
+    let messages = stream_messages(&nats).await;
+    assert_eq!(messages.len(), 1000);
+    for id in &acked {
+        let (body, headers) = &messages[id];
+        assert_eq!(
+            body,
+            body_for(id).as_bytes(),
+            "{id}: body changed on the way"
+        );
+        assert_eq!(headers.get("Edge-Pop").unwrap().as_str(), "test");
+        assert_eq!(headers.get("x-github-event").unwrap().as_str(), "push");
+    }
+
+    // Warm: after an idle period the next event goes over the same connection.
+    let dials = metric(&edge, "edge_backhaul_dials_total");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(post_all(&edge, vec!["warm-1".into()]).await.len(), 1);
+    assert_eq!(
+        wait_for_count(&nats, 1001, Duration::from_secs(10)).await,
+        1001
+    );
+    assert_eq!(
+        metric(&edge, "edge_backhaul_dials_total"),
+        dials,
+        "no new dial for an event after idling"
+    );
+
+    // Origin outage: the PoP keeps acknowledging (and stays ready); all arrive later.
+    nats.stop();
+    let during = post_all(&edge, ids("outage", 200)).await;
+    assert_eq!(
+        during.len(),
+        200,
+        "an origin outage must not refuse senders"
+    );
+    assert_eq!(
+        edge.readyz(),
+        Some(200),
+        "an origin outage is not a reason to withdraw"
+    );
+    nats.spawn();
+    assert_eq!(
+        wait_for_count(&nats, 1201, Duration::from_secs(30)).await,
+        1201
+    );
+
+    // kill -9 during delivery: after a restart every acknowledged event is there, once
+    // (what was published but not yet checkpointed is sent again and dropped by id).
+    let before_crash = post_all(&edge, ids("crash", 300)).await;
+    edge.kill9();
+    edge.spawn();
+    let expected = 1201 + before_crash.len() as u64;
+    assert_eq!(
+        wait_for_count(&nats, expected, Duration::from_secs(30)).await,
+        expected
+    );
+    let messages = stream_messages(&nats).await;
+    for id in before_crash.iter().chain(&during).chain(&acked) {
+        assert!(
+            messages.contains_key(id),
+            "{id} acknowledged but not at the origin"
+        );
+    }
+    assert_eq!(messages.len() as u64, expected);
+
+    // Two PoPs sharing one stream: the same event through both is one message.
+    let other = Edge::start("", "").with_backhaul(&backhaul_config(&nats));
+    assert_eq!(post_all(&edge, vec!["both-pops".into()]).await.len(), 1);
+    assert_eq!(post_all(&other, vec!["both-pops".into()]).await.len(), 1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        wait_for_count(&nats, expected + 1, Duration::from_secs(10)).await,
+        expected + 1
+    );
+    let messages = stream_messages(&nats).await;
+    assert_eq!(
+        messages.len() as u64,
+        expected + 1,
+        "one message for the event both PoPs took"
+    );
+    let pops: HashSet<String> = messages
+        .values()
+        .map(|(_, h)| h.get("Edge-Pop").unwrap().to_string())
+        .collect();
+    assert_eq!(pops.len(), 1, "both edges use pop label test here");
+}
+
+fn metric(edge: &Edge, name: &str) -> u64 {
+    edge.metrics()
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
