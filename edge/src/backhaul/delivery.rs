@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 
 use super::breaker::{Breaker, Permit, State};
@@ -95,8 +95,15 @@ pub async fn run(
         let want_more = pending.is_empty() && deliveries.len() < settings.max_in_flight;
         tokio::select! {
             Some(seq) = deliveries.next() => {
-                outstanding.remove(&seq);
-                done.insert(seq);
+                // Take every delivery that has finished, not one per loop turn.
+                let mut finished = vec![seq];
+                while let Some(Some(seq)) = deliveries.next().now_or_never() {
+                    finished.push(seq);
+                }
+                for seq in finished {
+                    outstanding.remove(&seq);
+                    done.insert(seq);
+                }
                 while done.remove(&(confirmed + 1)) {
                     confirmed += 1;
                 }

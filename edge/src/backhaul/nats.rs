@@ -80,7 +80,9 @@ impl NatsSink {
             .connect(settings.servers.clone())
             .await
             .context("backhaul.nats.servers")?;
-        let jetstream = jetstream::new(client.clone());
+        let mut jetstream = jetstream::new(client.clone());
+        // JetStream's own ack timeout bounds each publish (no timer per message here).
+        jetstream.set_timeout(settings.publish_timeout);
         // Dial before the edge reports ready, but never wait long: an origin outage must
         // not keep a PoP out of service.
         let started = Instant::now();
@@ -121,22 +123,13 @@ impl NatsSink {
                 headers.append(name.as_str(), value);
             }
         }
-        let publish = async {
-            let ack = self
-                .jetstream
-                .publish_with_headers(subject, headers, record.body.clone().into())
-                .await
-                .map_err(|e| retry("publish", e.to_string()))?;
-            ack.await.map_err(|e| retry("puback", e.to_string()))
-        };
-        let ack = tokio::time::timeout(self.settings.publish_timeout, publish)
+        let ack = self
+            .jetstream
+            .publish_with_headers(subject, headers, record.body.clone().into())
             .await
-            .map_err(|_| {
-                retry(
-                    "timeout",
-                    format!("no PubAck within {:?}", self.settings.publish_timeout),
-                )
-            })??;
+            .map_err(|e| retry("publish", e.to_string()))?
+            .await
+            .map_err(|e| retry("puback", e.to_string()))?;
         if ack.duplicate {
             self.metrics.backhaul_duplicates.inc();
         }

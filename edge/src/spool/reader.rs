@@ -3,7 +3,7 @@
 //! never returns a record that is not yet durable.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -48,6 +48,7 @@ impl SpoolReader {
             let mut file = File::open(segment_path(&self.shared.dir, first))?;
             let end = file.metadata()?.len();
             file.seek(SeekFrom::Start(offset))?;
+            let mut file = BufReader::with_capacity(READ_BUFFER, file);
             let mut offset = offset;
             let mut reached_unsynced = false;
             while out.len() < max && offset + FRAME_HEADER_LEN as u64 <= end {
@@ -105,3 +106,5 @@ impl SpoolReader {
 fn invalid(error: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error.to_string())
 }
+
+const READ_BUFFER: usize = 256 * 1024;
