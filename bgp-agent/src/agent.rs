@@ -84,20 +84,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut previous: Vec<Option<bool>> = vec![None; config.checks.len()];
+    let mut last_runs: Vec<Option<(Instant, Outcome)>> = vec![None; config.checks.len()];
     tracing::info!(prefixes = ?config.prefixes, speaker = speaker.kind(), "bgp-agent started withdrawn");
     loop {
-        let outcomes = futures::future::join_all(config.checks.iter().map(checks::run)).await;
+        let outcomes =
+            run_due_checks(&config, &mut last_runs, machine.change_pending(), &metrics).await;
         for (i, outcome) in outcomes.iter().enumerate() {
-            record_check(&metrics, outcome);
             if previous[i] != Some(outcome.ok) {
                 tracing::info!(check = %outcome.name, class = ?outcome.class, ok = outcome.ok, detail = %outcome.detail, "check changed");
                 previous[i] = Some(outcome.ok);
             }
         }
-        let healthy = outcomes
-            .iter()
-            .filter(|o| o.class == CheckClass::Local)
-            .all(|o| o.ok);
+        let healthy = checks::local_health(&outcomes);
         let now = origin.elapsed();
         let drain_requested = config.drain_flag().exists();
         let mut change = None;
@@ -228,6 +226,37 @@ async fn apply(
             status.lock().expect("status lock").last_speaker_error = Some(format!("{e:#}"));
         }
     }
+}
+
+/// Runs the checks that are due (all of them while a change is pending) concurrently,
+/// and returns the latest outcome of every check.
+async fn run_due_checks(
+    config: &Config,
+    last_runs: &mut [Option<(Instant, Outcome)>],
+    pending: bool,
+    metrics: &Metrics,
+) -> Vec<Outcome> {
+    let now = Instant::now();
+    let due: Vec<usize> = (0..config.checks.len())
+        .filter(|&i| match &last_runs[i] {
+            None => true,
+            Some((at, _)) => {
+                pending
+                    || now.duration_since(*at)
+                        >= config.checks[i].interval.unwrap_or(config.interval)
+            }
+        })
+        .collect();
+    let fresh =
+        futures::future::join_all(due.iter().map(|&i| checks::run(&config.checks[i]))).await;
+    for (i, outcome) in due.into_iter().zip(fresh) {
+        record_check(metrics, &outcome);
+        last_runs[i] = Some((now, outcome));
+    }
+    last_runs
+        .iter()
+        .map(|run| run.as_ref().expect("every check ran once").1.clone())
+        .collect()
 }
 
 fn record_check(metrics: &Metrics, outcome: &Outcome) {

@@ -60,6 +60,9 @@ pub struct CheckConfig {
     pub name: String,
     pub kind: CheckKind,
     pub timeout: Duration,
+    /// How often this check runs; the agent's `interval` when unset. Every check runs at
+    /// `fast_interval` while a change is pending.
+    pub interval: Option<Duration>,
     pub class: CheckClass,
 }
 
@@ -91,6 +94,8 @@ struct RawCheck {
     interface: Option<String>,
     #[serde(default = "default_check_timeout", with = "humantime_serde")]
     timeout: Duration,
+    #[serde(default, with = "humantime_serde")]
+    interval: Option<Duration>,
     #[serde(default)]
     class: CheckClass,
 }
@@ -134,6 +139,7 @@ impl TryFrom<RawCheck> for CheckConfig {
             name: raw.name,
             kind,
             timeout: raw.timeout,
+            interval: raw.interval,
             class: raw.class,
         })
     }

@@ -21,3 +21,52 @@ async fn peer_announces(url: &str, guard: &GuardConfig) -> bool {
     serde_json::from_str::<serde_json::Value>(&body)
         .is_ok_and(|status| status["route"] == "announced")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A peer agent's status endpoint answering with `route`.
+    async fn peer(route: &'static str) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/status", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf).await;
+                let body = format!(r#"{{"route":"{route}"}}"#);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(format!("{head}{body}").as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn counts_only_peers_that_answer_announced() {
+        let dead = format!("http://127.0.0.1:{}/status", {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        });
+        let peers = vec![peer("announced").await, peer("withdrawn").await, dead];
+        let guard = |min| GuardConfig {
+            peers: peers.clone(),
+            min_other_pops_announcing: min,
+            timeout: Duration::from_millis(500),
+        };
+        assert_eq!(allows_withdraw(&guard(1)).await, (true, 1));
+        assert_eq!(
+            allows_withdraw(&guard(2)).await,
+            (false, 1),
+            "withdrawing would leave too few announcing"
+        );
+    }
+}

@@ -108,6 +108,47 @@ fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
         log.matches("bgp-agent started withdrawn").count() >= 2,
         "ExaBGP did not respawn the agent:\n{log}"
     );
+
+    // kill -9: ExaBGP does not withdraw by itself; it respawns the agent, which starts by
+    // withdrawing and announces again only once its checks rise.
+    let pids = lab.pop_exec(&[
+        "pgrep",
+        "-f",
+        &format!("{} run --config {}", agent_bin(), config.display()),
+    ]);
+    let agent_pid: u32 = pids
+        .lines()
+        .next()
+        .expect("respawned agent")
+        .trim()
+        .parse()
+        .unwrap();
+    lab.kill(agent_pid, Signal::SIGKILL);
+    let started = Instant::now();
+    while lab
+        .log("exabgp.log")
+        .matches("bgp-agent started withdrawn")
+        .count()
+        < 3
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "ExaBGP did not respawn the agent after kill -9"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let announced_again = || {
+        let log = lab.log("exabgp.log");
+        log[log.rfind("bgp-agent started withdrawn").unwrap()..].contains("change=\"announce\"")
+    };
+    while !announced_again() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the respawned agent never announced"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_up(&lab, "agent respawned after kill -9");
 }
 
 #[test]

@@ -17,6 +17,16 @@ pub struct Outcome {
     pub duration_ms: f64,
 }
 
+/// A round is healthy when every local check passed. Shared checks (a dependency every
+/// PoP has, such as the origin) are reported but never make a PoP withdraw: if they did,
+/// an origin outage would take every PoP off the internet at once.
+pub fn local_health(outcomes: &[Outcome]) -> bool {
+    outcomes
+        .iter()
+        .filter(|o| o.class == CheckClass::Local)
+        .all(|o| o.ok)
+}
+
 /// The body of a 2xx answer to GET `url` (the peer guard reads other agents' status).
 pub async fn fetch(url: &str) -> Result<String, String> {
     match http::get(url).await? {
@@ -71,5 +81,88 @@ async fn probe(kind: &CheckKind) -> Result<String, String> {
             Err(e) => Err(format!("{}: {e}", path.display())),
         },
         CheckKind::Xdp { interface } => xdp::attached(interface).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(class: CheckClass, ok: bool) -> Outcome {
+        Outcome {
+            name: "c".into(),
+            class,
+            ok,
+            detail: String::new(),
+            duration_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn shared_failures_never_make_a_round_unhealthy() {
+        let shared_down = [
+            outcome(CheckClass::Local, true),
+            outcome(CheckClass::Shared, false),
+        ];
+        assert!(local_health(&shared_down));
+        let local_down = [
+            outcome(CheckClass::Local, false),
+            outcome(CheckClass::Shared, true),
+        ];
+        assert!(!local_health(&local_down));
+    }
+
+    #[tokio::test]
+    async fn file_check_is_a_maintenance_switch_and_exec_uses_the_exit_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("maintenance");
+        let check = |kind| CheckConfig {
+            name: "c".into(),
+            kind,
+            timeout: std::time::Duration::from_secs(2),
+            interval: None,
+            class: CheckClass::Local,
+        };
+        assert!(run(&check(CheckKind::File { path: path.clone() })).await.ok);
+        std::fs::write(&path, "").unwrap();
+        assert!(!run(&check(CheckKind::File { path })).await.ok);
+        assert!(
+            run(&check(CheckKind::Exec {
+                command: vec!["true".into()]
+            }))
+            .await
+            .ok
+        );
+        assert!(
+            !run(&check(CheckKind::Exec {
+                command: vec!["false".into()]
+            }))
+            .await
+            .ok
+        );
+        let slow = CheckConfig {
+            timeout: std::time::Duration::from_millis(50),
+            ..check(CheckKind::Exec {
+                command: vec!["sleep".into(), "5".into()],
+            })
+        };
+        let out = run(&slow).await;
+        assert!(!out.ok && out.detail.contains("timed out"), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn xdp_check_reports_no_program_on_loopback() {
+        let out = run(&CheckConfig {
+            name: "xdp".into(),
+            kind: CheckKind::Xdp {
+                interface: "lo".into(),
+            },
+            timeout: std::time::Duration::from_secs(2),
+            interval: None,
+            class: CheckClass::Local,
+        })
+        .await;
+        assert!(!out.ok);
+        assert!(out.detail.contains("no XDP program on lo"), "{out:?}");
     }
 }
