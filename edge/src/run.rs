@@ -17,7 +17,7 @@ use crate::http::{App, connection_builder};
 use crate::metrics::Metrics;
 use crate::server::Server;
 use crate::spool::Spool;
-use crate::{listener, tls};
+use crate::{sockets, tls};
 
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&settings.pop));
@@ -47,7 +47,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let listeners = settings
         .listen
         .iter()
-        .map(|addr| listener::bind(*addr, &settings.listener))
+        .map(|addr| sockets::bind(*addr, &settings.listener))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
         .await

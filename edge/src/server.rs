@@ -15,8 +15,8 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::http::App;
 use crate::http::webhook::{self, Arrival};
-use crate::listener::is_fd_exhaustion;
 use crate::metrics::{Handshake, Reason};
+use crate::sockets::is_fd_exhaustion;
 
 pub struct Server {
     pub app: Arc<App>,
