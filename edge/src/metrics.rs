@@ -64,6 +64,7 @@ pub struct Metrics {
     pub backhaul_publish_seconds: Histogram,
     pub backhaul_delivery_seconds: Histogram,
     pub backhaul_lag_records: Gauge,
+    pub backhaul_lag_bytes: Gauge,
     pub backhaul_oldest_undelivered_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub backhaul_breaker_state: Gauge,
 }
@@ -98,6 +99,7 @@ impl Metrics {
             backhaul_publish_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
             backhaul_delivery_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 20)),
             backhaul_lag_records: Gauge::default(),
+            backhaul_lag_bytes: Gauge::default(),
             backhaul_oldest_undelivered_seconds: Gauge::default(),
             backhaul_breaker_state: Gauge::default(),
             registry: Registry::default(),
@@ -216,6 +218,11 @@ impl Metrics {
             "backhaul_lag_records",
             "Durable records the origin has not confirmed",
             m.backhaul_lag_records.clone(),
+        );
+        registry.register(
+            "backhaul_lag_bytes",
+            "Spool bytes the origin has not confirmed (errs high by under 1 MiB)",
+            m.backhaul_lag_bytes.clone(),
         );
         registry.register(
             "backhaul_oldest_undelivered_seconds",

@@ -211,6 +211,15 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
         Some(200),
         "an origin outage is not a reason to withdraw"
     );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        metric(&edge, "edge_backhaul_lag_records") >= 200,
+        "lag shows the backlog"
+    );
+    assert!(
+        metric(&edge, "edge_backhaul_lag_bytes") >= 200 * 100,
+        "lag bytes show the backlog"
+    );
     nats.spawn();
     assert_eq!(
         wait_for_count(&nats, 1201, Duration::from_secs(30)).await,

@@ -198,6 +198,11 @@ async fn http_origin_retries_dead_letters_breaks_and_stays_warm() {
     assert_eq!(dead.len(), 1);
     assert_eq!(metric(&edge, "edge_backhaul_dead_letters_total"), 1.0);
     assert_eq!(metric(&edge, "edge_backhaul_lag_records"), 0.0);
+    assert_eq!(
+        metric(&edge, "edge_backhaul_lag_bytes"),
+        0.0,
+        "caught up: no bytes owed"
+    );
 
     // A failing origin opens the breaker; once it recovers everything arrives.
     origin.down.store(true, Ordering::SeqCst);

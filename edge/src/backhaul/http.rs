@@ -203,10 +203,9 @@ impl Dialer {
             .uri
             .port_u16()
             .unwrap_or(if self.tls.is_some() { 443 } else { 80 });
-        let tcp = tokio::time::timeout(DIAL_TIMEOUT, tokio::net::TcpStream::connect((host, port)))
+        let tcp = tokio::time::timeout(DIAL_TIMEOUT, crate::sockets::connect(host, port))
             .await
             .context("connect timed out")??;
-        tcp.set_nodelay(true)?;
         let mut builder = http2::Builder::new(TokioExecutor::new());
         builder
             .timer(TokioTimer::new())

@@ -4,6 +4,7 @@
 //! at start, a checkpoint the backhaul advances, and a reader for the backhaul.
 
 pub mod checkpoint;
+mod lag;
 mod reader;
 pub mod recent_ids;
 pub mod record;

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use nix::fcntl::{Flock, FlockArg};
 
+use super::lag::LagBytes;
 use super::recent_ids::RecentIds;
 use super::record::SEGMENT_MAGIC;
 use super::scan::{ScanError, scan_segment};
@@ -49,6 +50,7 @@ pub(super) struct Recovered {
     pub segments: BTreeMap<u64, SegmentMeta>,
     pub active: File,
     pub recent: HashMap<String, RecentIds>,
+    pub lag: LagBytes,
     pub lock: Flock<File>,
 }
 
@@ -83,13 +85,17 @@ pub(super) fn recover(
     };
     let mut segments = BTreeMap::new();
     let mut last_seq = checkpoint;
+    let mut lag = LagBytes::default();
     let listed = list_segments(dir)?;
     for (index, (first, path)) in listed.iter().enumerate() {
         let is_last = index + 1 == listed.len();
         let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let scan = scan_segment(&bytes);
         let mut segment_last = None;
-        for record in &scan.records {
+        for (record, frame_len) in scan.records.iter().zip(&scan.frame_lens) {
+            if record.seq > checkpoint {
+                lag.appended(record.seq, *frame_len as u64);
+            }
             if let Some(window) = recent.get_mut(record.route) {
                 window.insert(record.event_id, record.seq);
             }
@@ -152,6 +158,7 @@ pub(super) fn recover(
         segments,
         active,
         recent,
+        lag,
         lock,
     })
 }

@@ -7,6 +7,8 @@ use super::record::{FrameError, RecordView, SEGMENT_MAGIC, decode_frame};
 pub struct SegmentScan<'a> {
     /// Every whole record before the first bad one, in file order.
     pub records: Vec<RecordView<'a>>,
+    /// The size of each of those records' frames, in the same order.
+    pub frame_lens: Vec<usize>,
     /// Length of the valid prefix (magic plus whole records).
     pub valid_len: usize,
     /// Why the scan stopped before the end of the bytes, if it did.
@@ -35,6 +37,7 @@ pub enum ScanError {
 pub fn scan_segment(bytes: &[u8]) -> SegmentScan<'_> {
     let mut scan = SegmentScan {
         records: Vec::new(),
+        frame_lens: Vec::new(),
         valid_len: 0,
         stop: None,
     };
@@ -73,6 +76,7 @@ pub fn scan_segment(bytes: &[u8]) -> SegmentScan<'_> {
                 }
                 last_seq = Some(record.seq);
                 scan.records.push(record);
+                scan.frame_lens.push(len);
                 offset += len;
             }
             Err(error) => {

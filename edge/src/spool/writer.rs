@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use nix::fcntl::Flock;
 use tokio::sync::{mpsc, oneshot};
 
+use super::lag::LagBytes;
 use super::recent_ids::RecentIds;
 use super::record::{RecordView, SEGMENT_MAGIC};
 use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
@@ -42,6 +43,7 @@ pub(super) struct Writer {
     checkpoint: u64,
     total_bytes: u64,
     recent: HashMap<String, RecentIds>,
+    lag: LagBytes,
     failure: Option<String>,
     last_batch_len: usize,
     batch_buf: Vec<u8>,
@@ -71,6 +73,7 @@ impl Writer {
             checkpoint: recovered.checkpoint,
             total_bytes: recovered.total_bytes,
             recent: recovered.recent,
+            lag: recovered.lag,
             failure: None,
             last_batch_len: 0,
             batch_buf: Vec::new(),
@@ -209,6 +212,7 @@ impl Writer {
                     }
                 }
                 self.total_bytes += batch_bytes;
+                self.lag.appended(self.next_seq - 1, batch_bytes);
                 self.shared
                     .durable_seq
                     .store(self.next_seq - 1, Ordering::Release);
@@ -305,6 +309,7 @@ impl Writer {
         }
         checkpoint::write(&self.dir, seq)?;
         self.checkpoint = seq;
+        self.lag.delivered_through(seq);
         self.shared.checkpoint.store(seq, Ordering::Release);
         let freed = remove_delivered(&self.dir, &mut self.segments, seq)?;
         self.total_bytes -= freed;
@@ -319,6 +324,7 @@ impl Writer {
         self.metrics
             .spool_backlog_records
             .set((self.next_seq - 1 - self.checkpoint) as i64);
+        self.metrics.backhaul_lag_bytes.set(self.lag.lag() as i64);
     }
 }
 
