@@ -3,7 +3,8 @@
 # missing, and the Rust components the checks use. Safe to run again and again.
 set -euo pipefail
 
-packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server)
+packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server
+          llvm-22-dev hping3 python3-scapy iptables)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -30,4 +31,20 @@ for component in rustfmt clippy; do
         rustup component add "$component"
     fi
 done
+# The XDP program is built by a pinned nightly with rust-src (it builds `core` itself)
+# and linked by bpf-linker against Debian's LLVM 22 (the default build wants LLVM 23).
+if ! rustup toolchain list | grep -q '^nightly'; then
+    echo "setup: installing the nightly toolchain for the eBPF build"
+    rustup toolchain install nightly --profile minimal --component rust-src \
+        || { echo "setup: cannot install a nightly toolchain: the XDP program cannot be built" >&2; exit 1; }
+fi
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+    echo "setup: adding rust-src to nightly"
+    rustup component add rust-src --toolchain nightly
+fi
+if ! command -v bpf-linker >/dev/null 2>&1; then
+    echo "setup: building bpf-linker against LLVM 22 (about 90 s)"
+    LLVM_PREFIX=/usr/lib/llvm-22 cargo install bpf-linker@0.13.0 --no-default-features --features llvm-22 --quiet \
+        || { echo "setup: bpf-linker failed to build (needs llvm-22-dev)" >&2; exit 1; }
+fi
 echo "setup: ok"

@@ -1,0 +1,166 @@
+//! Types shared by the kernel-side XDP program and the user-side loader. Everything is
+//! `#[repr(C)]` and plain data, so both sides agree on the layout of every map.
+#![no_std]
+
+/// Why a packet was passed or dropped; the index into the counters map.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Passed: nothing matched (or not for a protected destination).
+    Pass = 0,
+    /// Passed: the source is allowlisted.
+    Allowlist = 1,
+    /// Dropped: truncated or inconsistent headers.
+    Malformed = 2,
+    /// Dropped: the source is blocklisted.
+    Blocklist = 3,
+    /// Dropped: an IP fragment to a protected destination.
+    Fragment = 4,
+    /// Dropped: a protocol the edge does not serve.
+    Protocol = 5,
+    /// Dropped: TCP to a port the edge does not serve.
+    Port = 6,
+    /// Dropped: an invalid TCP flag combination.
+    TcpFlags = 7,
+    /// Dropped: new SYNs from one source above its rate.
+    SynRate = 8,
+    /// Dropped: ICMP above the global rate.
+    IcmpRate = 9,
+}
+
+pub const REASONS: usize = 10;
+
+impl Reason {
+    pub const ALL: [Reason; REASONS] = [
+        Reason::Pass,
+        Reason::Allowlist,
+        Reason::Malformed,
+        Reason::Blocklist,
+        Reason::Fragment,
+        Reason::Protocol,
+        Reason::Port,
+        Reason::TcpFlags,
+        Reason::SynRate,
+        Reason::IcmpRate,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Reason::Pass => "pass",
+            Reason::Allowlist => "allowlist",
+            Reason::Malformed => "malformed",
+            Reason::Blocklist => "blocklist",
+            Reason::Fragment => "fragment",
+            Reason::Protocol => "protocol",
+            Reason::Port => "port",
+            Reason::TcpFlags => "tcp_flags",
+            Reason::SynRate => "syn_rate",
+            Reason::IcmpRate => "icmp_rate",
+        }
+    }
+
+    pub const fn drops(self) -> bool {
+        !matches!(self, Reason::Pass | Reason::Allowlist)
+    }
+}
+
+/// Packets and bytes counted for one reason (per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Rates, from the loader's config. Rates are per second; bursts are token counts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub syn_per_second: u64,
+    pub syn_burst: u64,
+    pub icmp_per_second: u64,
+    pub icmp_burst: u64,
+}
+
+/// A token bucket: tokens scaled by [`TOKEN_SCALE`], last refill in ns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bucket {
+    pub tokens: u64,
+    pub last_ns: u64,
+}
+
+pub const TOKEN_SCALE: u64 = 1000;
+
+/// Value stored in the port sets (presence is what matters).
+pub const PRESENT: u8 = 1;
+
+/// The largest rate and burst the loader accepts; they keep the token arithmetic inside
+/// 64 bits (BPF has no 128-bit multiply).
+pub const MAX_RATE: u64 = 1_000_000;
+pub const MAX_BURST: u64 = 1_000_000_000;
+
+/// Refills and takes one token; pure, so both sides (and tests) share it. `per_second`
+/// must be at most [`MAX_RATE`] and `burst` at most [`MAX_BURST`].
+pub fn take_token(bucket: &mut Bucket, now_ns: u64, per_second: u64, burst: u64) -> bool {
+    let cap = burst.min(MAX_BURST) * TOKEN_SCALE;
+    if bucket.last_ns == 0 {
+        bucket.tokens = cap;
+    } else {
+        // At most 10 s of refill: MAX_RATE * TOKEN_SCALE * 1e10 ns < 2^64.
+        let elapsed = now_ns.saturating_sub(bucket.last_ns).min(10_000_000_000);
+        let refill = per_second.min(MAX_RATE) * TOKEN_SCALE * elapsed / 1_000_000_000;
+        bucket.tokens = (bucket.tokens + refill).min(cap);
+    }
+    bucket.last_ns = now_ns;
+    if bucket.tokens >= TOKEN_SCALE {
+        bucket.tokens -= TOKEN_SCALE;
+        true
+    } else {
+        false
+    }
+}
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: plain `#[repr(C)]` data without padding-sensitive invariants.
+    unsafe impl aya::Pod for super::Counter {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Limits {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Bucket {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_bucket_allows_burst_then_rate() {
+        let mut b = Bucket::default();
+        let sec = 1_000_000_000u64;
+        let taken = (0..10).filter(|_| take_token(&mut b, sec, 2, 5)).count();
+        assert_eq!(taken, 5, "burst");
+        assert!(
+            !take_token(&mut b, sec + sec / 4, 2, 5),
+            "a quarter second refills half a token"
+        );
+        assert!(
+            take_token(&mut b, sec + sec / 2, 2, 5),
+            "half a second refills one token"
+        );
+        assert!(take_token(&mut b, 100 * sec, 2, 5));
+        let after_idle = (0..10)
+            .filter(|_| take_token(&mut b, 100 * sec, 2, 5))
+            .count();
+        assert_eq!(after_idle, 4, "refill is capped at the burst");
+    }
+
+    #[test]
+    fn reasons_index_their_counter() {
+        for (i, reason) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, i);
+        }
+        assert!(!Reason::Allowlist.drops() && Reason::SynRate.drops());
+    }
+}

@@ -1,0 +1,125 @@
+//! The loader's YAML configuration. Unknown keys are errors; errors name the file and
+//! the field.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use xdp_common::{MAX_BURST, MAX_RATE};
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub pop: String,
+    /// The PoP's public interface.
+    pub interface: String,
+    #[serde(default)]
+    pub mode: Mode,
+    pub metrics_listen: SocketAddr,
+    /// The anycast prefixes: only traffic to these is filtered.
+    pub protected: Vec<IpNet>,
+    #[serde(default = "default_tcp_ports")]
+    pub tcp_ports: Vec<u16>,
+    /// UDP ports served on the protected prefixes (none today; QUIC later).
+    #[serde(default)]
+    pub udp_ports: Vec<u16>,
+    /// Sources always passed: management, BGP peers, provider egress ranges.
+    #[serde(default)]
+    pub allowlist: Vec<IpNet>,
+    #[serde(default)]
+    pub blocklist: Vec<IpNet>,
+    #[serde(default = "default_syn_rate")]
+    pub syn_rate: Rate,
+    #[serde(default = "default_icmp_rate")]
+    pub icmp_rate: Rate,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Driver mode, falling back to skb (generic) mode with a warning.
+    #[default]
+    Auto,
+    Driver,
+    Skb,
+}
+
+/// A token bucket: `per_second` sustained, `burst` at once; 0 disables the limit.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    pub per_second: u64,
+    pub burst: u64,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Self::parse(&text)
+            .map_err(|(field, message)| anyhow::anyhow!("{}: {field}: {message}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Config, (String, String)> {
+        let config: Config =
+            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
+                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
+        if config.protected.is_empty() {
+            return Err(("protected".into(), "must list the anycast prefixes".into()));
+        }
+        for (field, rate) in [
+            ("syn_rate", config.syn_rate),
+            ("icmp_rate", config.icmp_rate),
+        ] {
+            if rate.per_second > MAX_RATE || rate.burst > MAX_BURST {
+                return Err((
+                    field.into(),
+                    format!("per_second at most {MAX_RATE}, burst at most {MAX_BURST}"),
+                ));
+            }
+        }
+        Ok(config)
+    }
+}
+
+fn default_tcp_ports() -> Vec<u16> {
+    vec![80, 443]
+}
+fn default_syn_rate() -> Rate {
+    Rate {
+        per_second: 200,
+        burst: 400,
+    }
+}
+fn default_icmp_rate() -> Rate {
+    Rate {
+        per_second: 1000,
+        burst: 2000,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_errors() {
+        let c = Config::parse("pop: fra1\ninterface: eth0\nmetrics_listen: 127.0.0.1:9182\nprotected: [192.0.2.0/24]\n").unwrap();
+        assert_eq!((c.mode, c.tcp_ports.clone()), (Mode::Auto, vec![80, 443]));
+        let (field, _) = Config::parse(
+            "pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/33]\n",
+        )
+        .unwrap_err();
+        assert_eq!(field, "protected[0]");
+        let (field, message) = Config::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/24]\nmod: skb\n").unwrap_err();
+        assert!(
+            message.contains("unknown field `mod`"),
+            "{field}: {message}"
+        );
+        let (field, _) =
+            Config::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: []\n")
+                .unwrap_err();
+        assert_eq!(field, "protected");
+    }
+}

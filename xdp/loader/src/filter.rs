@@ -1,0 +1,166 @@
+//! The loaded XDP program and its maps: load, fill from config, attach, read counters,
+//! and run packets through it with BPF_PROG_TEST_RUN.
+
+use std::net::IpAddr;
+
+use anyhow::Context;
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
+use ipnet::IpNet;
+use xdp_common::{Counter, Limits, PRESENT, REASONS, Reason};
+
+use crate::config::{Config, Mode};
+
+pub struct Filter {
+    ebpf: aya::Ebpf,
+}
+
+impl Filter {
+    /// Loads the program into the kernel (the verifier runs here) without attaching it.
+    pub fn load() -> anyhow::Result<Filter> {
+        let mut ebpf = aya::Ebpf::load(aya::include_bytes_aligned!(concat!(
+            env!("OUT_DIR"),
+            "/xdp-ebpf"
+        )))
+        .context("loading the XDP object")?;
+        let program: &mut Xdp = ebpf
+            .program_mut("edge_xdp")
+            .context("no edge_xdp program")?
+            .try_into()?;
+        program
+            .load()
+            .context("the kernel refused the XDP program")?;
+        Ok(Filter { ebpf })
+    }
+
+    /// Fills every map from `config`: the lists are replaced whole.
+    pub fn apply(&mut self, config: &Config) -> anyhow::Result<()> {
+        self.set_prefixes("PROTECTED_V4", "PROTECTED_V6", &config.protected)?;
+        self.set_prefixes("ALLOW_V4", "ALLOW_V6", &config.allowlist)?;
+        self.set_prefixes("BLOCK_V4", "BLOCK_V6", &config.blocklist)?;
+        self.set_ports("TCP_PORTS", &config.tcp_ports)?;
+        self.set_ports("UDP_PORTS", &config.udp_ports)?;
+        let limits = Limits {
+            syn_per_second: config.syn_rate.per_second,
+            syn_burst: config.syn_rate.burst,
+            icmp_per_second: config.icmp_rate.per_second,
+            icmp_burst: config.icmp_rate.burst,
+        };
+        let mut array: Array<&mut MapData, Limits> = Array::try_from(self.map("LIMITS")?)?;
+        array.set(0, limits, 0)?;
+        Ok(())
+    }
+
+    /// Attaches to `interface`; returns the mode in use.
+    pub fn attach(&mut self, interface: &str, mode: Mode) -> anyhow::Result<&'static str> {
+        let program: &mut Xdp = self
+            .ebpf
+            .program_mut("edge_xdp")
+            .context("no edge_xdp program")?
+            .try_into()?;
+        let tries: &[(XdpMode, &'static str)] = match mode {
+            Mode::Driver => &[(XdpMode::Driver, "driver")],
+            Mode::Skb => &[(XdpMode::Skb, "skb")],
+            Mode::Auto => &[(XdpMode::Driver, "driver"), (XdpMode::Skb, "skb")],
+        };
+        let mut last_error = None;
+        for (flags, name) in tries {
+            match program.attach(interface, *flags) {
+                Ok(_) => return Ok(name),
+                Err(e) => {
+                    tracing::warn!(interface, mode = name, error = %e, "XDP attach failed");
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error
+            .map(anyhow::Error::from)
+            .unwrap_or_else(|| anyhow::anyhow!("no attach mode")))
+        .with_context(|| format!("attaching XDP to {interface}"))
+    }
+
+    /// Packets and bytes per reason, summed over CPUs.
+    pub fn counters(&self) -> anyhow::Result<[Counter; REASONS]> {
+        let map = self.ebpf.map("COUNTERS").context("no COUNTERS map")?;
+        let per_cpu: PerCpuArray<&MapData, Counter> = PerCpuArray::try_from(map)?;
+        let mut out = [Counter::default(); REASONS];
+        for reason in Reason::ALL {
+            for value in per_cpu.get(&(reason as u32), 0)?.iter() {
+                out[reason as usize].packets += value.packets;
+                out[reason as usize].bytes += value.bytes;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs `packet` through the program `repeat` times with BPF_PROG_TEST_RUN; returns the
+    /// XDP action and the kernel's mean time per run.
+    pub fn test_run(
+        &self,
+        packet: &[u8],
+        repeat: u32,
+    ) -> anyhow::Result<(u32, std::time::Duration)> {
+        let program: &Xdp = self
+            .ebpf
+            .program("edge_xdp")
+            .context("no edge_xdp program")?
+            .try_into()?;
+        let result = program.test_run(TestRunOptions {
+            data_in: Some(packet),
+            repeat,
+            ..Default::default()
+        })?;
+        Ok((result.return_value, result.duration))
+    }
+
+    fn map(&mut self, name: &str) -> anyhow::Result<&mut aya::maps::Map> {
+        self.ebpf
+            .map_mut(name)
+            .with_context(|| format!("no {name} map"))
+    }
+
+    fn set_prefixes(&mut self, v4: &str, v6: &str, prefixes: &[IpNet]) -> anyhow::Result<()> {
+        let mut trie4: LpmTrie<&mut MapData, [u8; 4], u8> = LpmTrie::try_from(self.map(v4)?)?;
+        let old: Vec<Key<[u8; 4]>> = trie4.keys().collect::<Result<_, _>>()?;
+        for key in old {
+            trie4.remove(&key)?;
+        }
+        for net in prefixes {
+            if let (IpNet::V4(net), IpAddr::V4(addr)) = (net, net.network()) {
+                trie4.insert(
+                    &Key::new(u32::from(net.prefix_len()), addr.octets()),
+                    PRESENT,
+                    0,
+                )?;
+            }
+        }
+        let mut trie6: LpmTrie<&mut MapData, [u8; 16], u8> = LpmTrie::try_from(self.map(v6)?)?;
+        let old: Vec<Key<[u8; 16]>> = trie6.keys().collect::<Result<_, _>>()?;
+        for key in old {
+            trie6.remove(&key)?;
+        }
+        for net in prefixes {
+            if let (IpNet::V6(net), IpAddr::V6(addr)) = (net, net.network()) {
+                trie6.insert(
+                    &Key::new(u32::from(net.prefix_len()), addr.octets()),
+                    PRESENT,
+                    0,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_ports(&mut self, name: &str, ports: &[u16]) -> anyhow::Result<()> {
+        let mut set: HashMap<&mut MapData, u16, u8> = HashMap::try_from(self.map(name)?)?;
+        let old: Vec<u16> = set.keys().collect::<Result<_, _>>()?;
+        for port in old {
+            set.remove(&port)?;
+        }
+        for port in ports {
+            set.insert(port, PRESENT, 0)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,147 @@
+//! Crafted packets for the filter's tests: Ethernet (with VLAN tags), IPv4/IPv6 (with
+//! options and extension headers), TCP, UDP, ICMP. Checksums are left zero: XDP does not
+//! check them.
+#![allow(dead_code)]
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+pub const FIN: u8 = 0x01;
+pub const SYN: u8 = 0x02;
+pub const RST: u8 = 0x04;
+pub const PSH: u8 = 0x08;
+pub const ACK: u8 = 0x10;
+pub const URG: u8 = 0x20;
+
+#[derive(Clone)]
+pub struct Packet {
+    pub vlans: Vec<u16>,
+    pub ethertype: u16,
+    pub l3: Vec<u8>,
+}
+
+impl Packet {
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut wire = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+        // Each tag: the TPID where the ethertype would be, then the TCI; the real
+        // ethertype follows the last tag.
+        for vid in &self.vlans {
+            wire.extend_from_slice(&0x8100u16.to_be_bytes());
+            wire.extend_from_slice(&vid.to_be_bytes());
+        }
+        wire.extend_from_slice(&self.ethertype.to_be_bytes());
+        wire.extend_from_slice(&self.l3);
+        wire
+    }
+
+    pub fn vlan(mut self, vid: u16) -> Packet {
+        self.vlans.push(vid);
+        self
+    }
+}
+
+pub fn arp() -> Packet {
+    Packet {
+        vlans: vec![],
+        ethertype: 0x0806,
+        l3: vec![0; 28],
+    }
+}
+
+pub fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, l4: &[u8]) -> Packet {
+    ipv4_with(src, dst, protocol, l4, &[], 0)
+}
+
+/// IPv4 with `options` (a multiple of 4 bytes) and the flags/fragment-offset field.
+pub fn ipv4_with(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    protocol: u8,
+    l4: &[u8],
+    options: &[u8],
+    frag: u16,
+) -> Packet {
+    let header_len = 20 + options.len();
+    let total = (header_len + l4.len()) as u16;
+    let mut ip = vec![0x40 | (header_len / 4) as u8, 0];
+    ip.extend_from_slice(&total.to_be_bytes());
+    ip.extend_from_slice(&[0, 1]);
+    ip.extend_from_slice(&frag.to_be_bytes());
+    ip.extend_from_slice(&[64, protocol, 0, 0]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    ip.extend_from_slice(options);
+    ip.extend_from_slice(l4);
+    Packet {
+        vlans: vec![],
+        ethertype: 0x0800,
+        l3: ip,
+    }
+}
+
+/// IPv6 with extension headers `(type, body)`; bodies are padded to 8-byte units.
+pub fn ipv6(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    extensions: &[(u8, usize)],
+    protocol: u8,
+    l4: &[u8],
+) -> Packet {
+    let mut chain = Vec::new();
+    let mut types: Vec<u8> = extensions.iter().map(|(t, _)| *t).collect();
+    types.push(protocol);
+    for (i, (kind, units)) in extensions.iter().enumerate() {
+        let next = types[i + 1];
+        if *kind == 44 {
+            chain.extend_from_slice(&[next, 0, 0, 1, 0, 0, 0, 7]);
+        } else {
+            let len = 8 * (units + 1);
+            let mut header = vec![0u8; len];
+            header[0] = next;
+            header[1] = *units as u8;
+            chain.extend_from_slice(&header);
+        }
+    }
+    let payload_len = (chain.len() + l4.len()) as u16;
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&payload_len.to_be_bytes());
+    ip.push(types[0]);
+    ip.push(64);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&dst.octets());
+    ip.extend_from_slice(&chain);
+    ip.extend_from_slice(l4);
+    Packet {
+        vlans: vec![],
+        ethertype: 0x86dd,
+        l3: ip,
+    }
+}
+
+pub fn tcp(dst_port: u16, flags: u8) -> Vec<u8> {
+    let mut h = vec![0u8; 20];
+    h[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    h[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    h[12] = 5 << 4;
+    h[13] = flags;
+    h
+}
+
+pub fn udp(dst_port: u16) -> Vec<u8> {
+    let mut h = vec![0u8; 8 + 16];
+    h[0..2].copy_from_slice(&40000u16.to_be_bytes());
+    h[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    h[4..6].copy_from_slice(&24u16.to_be_bytes());
+    h
+}
+
+pub fn icmp_echo() -> Vec<u8> {
+    let mut h = vec![0u8; 16];
+    h[0] = 8;
+    h
+}
+
+pub fn icmpv6_echo() -> Vec<u8> {
+    let mut h = vec![0u8; 16];
+    h[0] = 128;
+    h
+}
