@@ -1,1 +1,167 @@
-fn main() {}
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use edge_xdp::config::Config;
+use edge_xdp::filter::Filter;
+use edge_xdp::metrics;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::signal::unix::{SignalKind, signal};
+
+#[derive(Parser)]
+#[command(
+    name = "edge-xdp",
+    version,
+    about = "Load the edge's XDP filter and export its counters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Attach the filter, fill its maps, serve /metrics; SIGHUP reloads the lists,
+    /// SIGTERM detaches. If this process dies the program is detached and traffic passes.
+    Run {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate a config file.
+    CheckConfig {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Print the running filter's counters as a table.
+    Stats {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = match Cli::parse().command {
+        Command::Run { config } => runtime.block_on(run(config)),
+        Command::CheckConfig { config } => Config::load(&config).map(|c| {
+            println!(
+                "{}: ok (protecting {} prefixes)",
+                config.display(),
+                c.protected.len()
+            )
+        }),
+        Command::Stats { config } => runtime.block_on(stats(config)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(path: PathBuf) -> anyhow::Result<()> {
+    let config = Config::load(&path)?;
+    let mut filter = Filter::load()?;
+    filter.apply(&config)?;
+    let mode = filter.attach(&config.interface, config.mode)?;
+    if mode == "skb" {
+        tracing::warn!(interface = %config.interface, "XDP runs in skb (generic) mode: filtering works, but after the kernel built an sk_buff");
+    }
+    tracing::info!(interface = %config.interface, mode, protected = config.protected.len(), allow = config.allowlist.len(), block = config.blocklist.len(), "XDP filter attached");
+    let filter = Arc::new(Mutex::new(filter));
+    let listener = tokio::net::TcpListener::bind(config.metrics_listen)
+        .await
+        .with_context(|| format!("metrics_listen {}", config.metrics_listen))?;
+    tokio::spawn(serve_metrics(
+        listener,
+        Arc::clone(&filter),
+        config.pop.clone(),
+    ));
+
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => match Config::load(&path) {
+                Ok(new) if new.interface == config.interface => {
+                    match filter.lock().expect("filter lock").apply(&new) {
+                        Ok(()) => tracing::info!(allow = new.allowlist.len(), block = new.blocklist.len(), "reloaded lists and limits; program stays attached"),
+                        Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed part-way; maps may hold a mix until the next reload"),
+                    }
+                }
+                Ok(_) => tracing::error!("reload refused: changing the interface needs a restart"),
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "reload refused: config invalid; keeping the running lists"),
+            },
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+        }
+    }
+    drop(filter);
+    tracing::info!("XDP filter detached");
+    Ok(())
+}
+
+async fn serve_metrics(listener: tokio::net::TcpListener, filter: Arc<Mutex<Filter>>, pop: String) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (filter, pop) = (Arc::clone(&filter), pop.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |_request: http::Request<hyper::body::Incoming>| {
+                let body = match filter.lock().expect("filter lock").counters() {
+                    Ok(counters) => metrics::render(&pop, &counters),
+                    Err(e) => format!("# error reading counters: {e:#}\n"),
+                };
+                async move { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(body)))) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn stats(path: PathBuf) -> anyhow::Result<()> {
+    let config = Config::load(&path)?;
+    let text = fetch_metrics(config.metrics_listen).await?;
+    let counters = metrics::parse(&text);
+    print!("{}", metrics::table(&counters));
+    Ok(())
+}
+
+async fn fetch_metrics(addr: std::net::SocketAddr) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("no edge-xdp at {addr}"))?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: edge-xdp\r\n\r\n")
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default())
+}

@@ -52,3 +52,53 @@ pub fn table(counters: &[Counter; REASONS]) -> String {
 fn action(reason: Reason) -> &'static str {
     if reason.drops() { "drop" } else { "pass" }
 }
+
+/// Reads counters back from [`render`]'s text (for `edge-xdp stats`).
+pub fn parse(text: &str) -> [Counter; REASONS] {
+    let mut out = [Counter::default(); REASONS];
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<u64>() else {
+            continue;
+        };
+        let Some(reason) = Reason::ALL
+            .into_iter()
+            .find(|r| series.contains(&format!("reason=\"{}\"", r.name())))
+        else {
+            continue;
+        };
+        if series.starts_with("xdp_packets_total") {
+            out[reason as usize].packets = value;
+        } else if series.starts_with("xdp_bytes_total") {
+            out[reason as usize].bytes = value;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_then_parse_round_trips() {
+        let mut counters = [Counter::default(); REASONS];
+        counters[Reason::SynRate as usize] = Counter {
+            packets: 7,
+            bytes: 420,
+        };
+        counters[Reason::Pass as usize] = Counter {
+            packets: 1,
+            bytes: 60,
+        };
+        let text = render("fra1", &counters);
+        assert!(
+            text.contains(r#"xdp_packets_total{pop="fra1",reason="syn_rate",action="drop"} 7"#),
+            "{text}"
+        );
+        assert_eq!(parse(&text), counters);
+        assert!(table(&counters).contains("syn_rate"));
+    }
+}
