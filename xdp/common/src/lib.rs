@@ -82,6 +82,25 @@ pub struct Limits {
     pub icmp_burst: u64,
 }
 
+/// Bits of the `LISTS` word: which source lists hold entries. The program skips the
+/// lookups of an empty list (an LPM lookup is most of its per-packet cost).
+pub const ALLOW_V4_SET: u32 = 1;
+pub const ALLOW_V6_SET: u32 = 2;
+pub const BLOCK_V4_SET: u32 = 4;
+pub const BLOCK_V6_SET: u32 = 8;
+
+/// One protected (anycast) prefix, in network byte order split into 64-bit halves
+/// (IPv4 uses the first word's low 32 bits). The program scans at most
+/// [`MAX_PROTECTED`] of them: a PoP announces a handful, and a scan beats a trie lookup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prefix {
+    pub addr: [u64; 2],
+    pub mask: [u64; 2],
+}
+
+pub const MAX_PROTECTED: u32 = 16;
+
 /// A token bucket: tokens scaled by [`TOKEN_SCALE`], last refill in ns.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,6 +148,8 @@ mod user {
     unsafe impl aya::Pod for super::Limits {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Bucket {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Prefix {}
 }
 
 #[cfg(test)]

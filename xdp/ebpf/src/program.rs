@@ -4,9 +4,12 @@ use aya_ebpf::bindings::xdp_action;
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use aya_ebpf::macros::{map, xdp};
 use aya_ebpf::maps::lpm_trie::Key;
-use aya_ebpf::maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray};
+use aya_ebpf::maps::{Array, LpmTrie, LruHashMap, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
-use xdp_common::{Bucket, Counter, Limits, REASONS, Reason, take_token};
+use xdp_common::{
+    ALLOW_V4_SET, ALLOW_V6_SET, BLOCK_V4_SET, BLOCK_V6_SET, Bucket, Counter, Limits, MAX_PROTECTED,
+    Prefix, REASONS, Reason, take_token,
+};
 
 #[map]
 static COUNTERS: PerCpuArray<Counter> = PerCpuArray::with_max_entries(REASONS as u32, 0);
@@ -19,13 +22,17 @@ static BLOCK_V4: LpmTrie<[u8; 4], u8> = LpmTrie::with_max_entries(LIST_ENTRIES, 
 #[map]
 static BLOCK_V6: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(LIST_ENTRIES, 0);
 #[map]
-static PROTECTED_V4: LpmTrie<[u8; 4], u8> = LpmTrie::with_max_entries(1024, 0);
+static PROTECTED_V4: Array<Prefix> = Array::with_max_entries(MAX_PROTECTED, 0);
 #[map]
-static PROTECTED_V6: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(1024, 0);
+static PROTECTED_V6: Array<Prefix> = Array::with_max_entries(MAX_PROTECTED, 0);
+/// How many entries of PROTECTED_V4 (index 0) and PROTECTED_V6 (index 1) are in use.
 #[map]
-static TCP_PORTS: HashMap<u16, u8> = HashMap::with_max_entries(64, 0);
+static PROTECTED_COUNT: Array<u32> = Array::with_max_entries(2, 0);
+// Indexed by port: an array slot is cheaper to test than a hash lookup.
 #[map]
-static UDP_PORTS: HashMap<u16, u8> = HashMap::with_max_entries(64, 0);
+static TCP_PORTS: Array<u8> = Array::with_max_entries(PORTS, 0);
+#[map]
+static UDP_PORTS: Array<u8> = Array::with_max_entries(PORTS, 0);
 #[map]
 static LIMITS: Array<Limits> = Array::with_max_entries(1, 0);
 #[map]
@@ -34,6 +41,8 @@ static SYN_V4: LruHashMap<u32, Bucket> = LruHashMap::with_max_entries(RATE_ENTRI
 static SYN_V6: LruHashMap<u64, Bucket> = LruHashMap::with_max_entries(RATE_ENTRIES, 0);
 #[map]
 static ICMP_BUCKET: Array<Bucket> = Array::with_max_entries(1, 0);
+#[map]
+static LISTS: Array<u32> = Array::with_max_entries(1, 0);
 
 #[xdp]
 pub fn edge_xdp(ctx: XdpContext) -> u32 {
@@ -166,16 +175,17 @@ fn ipv6(ctx: &XdpContext, offset: usize) -> Reason {
 
 #[inline(always)]
 fn decide(ctx: &XdpContext, addrs: &Addrs, protocol: u8, fragment: bool, l4: usize) -> Reason {
+    let lists = LISTS.get(0).copied().unwrap_or(u32::MAX);
     let (allowed, blocked, protected) = match addrs {
         Addrs::V4 { src, dst } => (
-            ALLOW_V4.get(Key::new(32, *src)).is_some(),
-            BLOCK_V4.get(Key::new(32, *src)).is_some(),
-            PROTECTED_V4.get(Key::new(32, *dst)).is_some(),
+            lists & ALLOW_V4_SET != 0 && ALLOW_V4.get(Key::new(32, *src)).is_some(),
+            lists & BLOCK_V4_SET != 0 && BLOCK_V4.get(Key::new(32, *src)).is_some(),
+            protected(&PROTECTED_V4, 0, [u64::from(u32::from_be_bytes(*dst)), 0]),
         ),
         Addrs::V6 { src, dst } => (
-            ALLOW_V6.get(Key::new(128, *src)).is_some(),
-            BLOCK_V6.get(Key::new(128, *src)).is_some(),
-            PROTECTED_V6.get(Key::new(128, *dst)).is_some(),
+            lists & ALLOW_V6_SET != 0 && ALLOW_V6.get(Key::new(128, *src)).is_some(),
+            lists & BLOCK_V6_SET != 0 && BLOCK_V6.get(Key::new(128, *src)).is_some(),
+            protected(&PROTECTED_V6, 1, halves(dst)),
         ),
     };
     if allowed {
@@ -198,7 +208,7 @@ fn decide(ctx: &XdpContext, addrs: &Addrs, protocol: u8, fragment: bool, l4: usi
                 return Reason::Malformed;
             };
             let port = u16::from_be_bytes([udp[2], udp[3]]);
-            if UDP_PORTS.get_ptr(port).is_some() {
+            if served(&UDP_PORTS, port) {
                 Reason::Pass
             } else {
                 Reason::Protocol
@@ -229,7 +239,7 @@ fn tcp(ctx: &XdpContext, addrs: &Addrs, l4: usize) -> Reason {
         return Reason::TcpFlags;
     }
     let port = u16::from_be_bytes([tcp[2], tcp[3]]);
-    if TCP_PORTS.get_ptr(port).is_none() {
+    if !served(&TCP_PORTS, port) {
         return Reason::Port;
     }
     if flags & (SYN | ACK) == SYN && !syn_allowed(addrs) {
@@ -318,6 +328,39 @@ fn icmp() -> Reason {
     }
 }
 
+#[inline(always)]
+fn protected(prefixes: &Array<Prefix>, family: u32, addr: [u64; 2]) -> bool {
+    let count = PROTECTED_COUNT.get(family).copied().unwrap_or(0);
+    for i in 0..MAX_PROTECTED {
+        if i >= count {
+            break;
+        }
+        if let Some(p) = prefixes.get(i)
+            && addr[0] & p.mask[0] == p.addr[0]
+            && addr[1] & p.mask[1] == p.addr[1]
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[inline(always)]
+fn halves(addr: &[u8; 16]) -> [u64; 2] {
+    let mut high = [0u8; 8];
+    let mut low = [0u8; 8];
+    high.copy_from_slice(&addr[..8]);
+    low.copy_from_slice(&addr[8..]);
+    [u64::from_be_bytes(high), u64::from_be_bytes(low)]
+}
+
+#[inline(always)]
+fn served(ports: &Array<u8>, port: u16) -> bool {
+    ports
+        .get(u32::from(port))
+        .is_some_and(|present| *present != 0)
+}
+
 /// `N` packet bytes at `offset`, if the packet holds them.
 #[inline(always)]
 fn bytes<const N: usize>(ctx: &XdpContext, offset: usize) -> Option<&[u8; N]> {
@@ -361,4 +404,5 @@ const PSH: u8 = 0x08;
 const ACK: u8 = 0x10;
 const URG: u8 = 0x20;
 const LIST_ENTRIES: u32 = 65_536;
+const PORTS: u32 = 65_536;
 const RATE_ENTRIES: u32 = 65_536;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use ipnet::IpNet;
 use serde::Deserialize;
-use xdp_common::{MAX_BURST, MAX_RATE};
+use xdp_common::{MAX_BURST, MAX_PROTECTED, MAX_RATE};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,6 +67,20 @@ impl Config {
                 .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
         if config.protected.is_empty() {
             return Err(("protected".into(), "must list the anycast prefixes".into()));
+        }
+        for v6 in [false, true] {
+            if config
+                .protected
+                .iter()
+                .filter(|p| matches!(p, IpNet::V6(_)) == v6)
+                .count()
+                > MAX_PROTECTED as usize
+            {
+                return Err((
+                    "protected".into(),
+                    format!("at most {MAX_PROTECTED} prefixes per address family"),
+                ));
+            }
         }
         for (field, rate) in [
             ("syn_rate", config.syn_rate),

@@ -5,15 +5,20 @@ use std::net::IpAddr;
 
 use anyhow::Context;
 use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{Array, HashMap, MapData, PerCpuArray};
+use aya::maps::{Array, MapData, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use ipnet::IpNet;
-use xdp_common::{Counter, Limits, PRESENT, REASONS, Reason};
+use xdp_common::{
+    ALLOW_V4_SET, ALLOW_V6_SET, BLOCK_V4_SET, BLOCK_V6_SET, Counter, Limits, PRESENT, Prefix,
+    REASONS, Reason,
+};
 
 use crate::config::{Config, Mode};
 
 pub struct Filter {
     ebpf: aya::Ebpf,
+    /// Ports marked in the port arrays, to clear them on the next apply.
+    marked_ports: std::collections::HashMap<&'static str, Vec<u16>>,
 }
 
 impl Filter {
@@ -31,12 +36,15 @@ impl Filter {
         program
             .load()
             .context("the kernel refused the XDP program")?;
-        Ok(Filter { ebpf })
+        Ok(Filter {
+            ebpf,
+            marked_ports: Default::default(),
+        })
     }
 
     /// Fills every map from `config`: the lists are replaced whole.
     pub fn apply(&mut self, config: &Config) -> anyhow::Result<()> {
-        self.set_prefixes("PROTECTED_V4", "PROTECTED_V6", &config.protected)?;
+        self.set_protected(&config.protected)?;
         self.set_prefixes("ALLOW_V4", "ALLOW_V6", &config.allowlist)?;
         self.set_prefixes("BLOCK_V4", "BLOCK_V6", &config.blocklist)?;
         self.set_ports("TCP_PORTS", &config.tcp_ports)?;
@@ -49,6 +57,19 @@ impl Filter {
         };
         let mut array: Array<&mut MapData, Limits> = Array::try_from(self.map("LIMITS")?)?;
         array.set(0, limits, 0)?;
+        let has = |list: &[IpNet], v6: bool, bit: u32| {
+            if list.iter().any(|n| matches!(n, IpNet::V6(_)) == v6) {
+                bit
+            } else {
+                0
+            }
+        };
+        let lists = has(&config.allowlist, false, ALLOW_V4_SET)
+            | has(&config.allowlist, true, ALLOW_V6_SET)
+            | has(&config.blocklist, false, BLOCK_V4_SET)
+            | has(&config.blocklist, true, BLOCK_V6_SET);
+        let mut array: Array<&mut MapData, u32> = Array::try_from(self.map("LISTS")?)?;
+        array.set(0, lists, 0)?;
         Ok(())
     }
 
@@ -120,6 +141,31 @@ impl Filter {
             .with_context(|| format!("no {name} map"))
     }
 
+    fn set_protected(&mut self, prefixes: &[IpNet]) -> anyhow::Result<()> {
+        let (v4, v6): (Vec<Prefix>, Vec<Prefix>) = (
+            prefixes
+                .iter()
+                .filter(|p| matches!(p, IpNet::V4(_)))
+                .map(prefix)
+                .collect(),
+            prefixes
+                .iter()
+                .filter(|p| matches!(p, IpNet::V6(_)))
+                .map(prefix)
+                .collect(),
+        );
+        for (name, list) in [("PROTECTED_V4", &v4), ("PROTECTED_V6", &v6)] {
+            let mut array: Array<&mut MapData, Prefix> = Array::try_from(self.map(name)?)?;
+            for (i, p) in list.iter().enumerate() {
+                array.set(i as u32, *p, 0)?;
+            }
+        }
+        let mut counts: Array<&mut MapData, u32> = Array::try_from(self.map("PROTECTED_COUNT")?)?;
+        counts.set(0, v4.len() as u32, 0)?;
+        counts.set(1, v6.len() as u32, 0)?;
+        Ok(())
+    }
+
     fn set_prefixes(&mut self, v4: &str, v6: &str, prefixes: &[IpNet]) -> anyhow::Result<()> {
         let mut trie4: LpmTrie<&mut MapData, [u8; 4], u8> = LpmTrie::try_from(self.map(v4)?)?;
         let old: Vec<Key<[u8; 4]>> = trie4.keys().collect::<Result<_, _>>()?;
@@ -152,15 +198,33 @@ impl Filter {
         Ok(())
     }
 
-    fn set_ports(&mut self, name: &str, ports: &[u16]) -> anyhow::Result<()> {
-        let mut set: HashMap<&mut MapData, u16, u8> = HashMap::try_from(self.map(name)?)?;
-        let old: Vec<u16> = set.keys().collect::<Result<_, _>>()?;
-        for port in old {
-            set.remove(&port)?;
+    fn set_ports(&mut self, name: &'static str, ports: &[u16]) -> anyhow::Result<()> {
+        let previous = self.marked_ports.remove(name).unwrap_or_default();
+        let mut array: Array<&mut MapData, u8> = Array::try_from(self.map(name)?)?;
+        for port in previous {
+            array.set(u32::from(port), 0, 0)?;
         }
         for port in ports {
-            set.insert(port, PRESENT, 0)?;
+            array.set(u32::from(*port), PRESENT, 0)?;
         }
+        self.marked_ports.insert(name, ports.to_vec());
         Ok(())
+    }
+}
+
+/// A prefix as the program compares it: address and mask as two big-endian words.
+fn prefix(net: &IpNet) -> Prefix {
+    match net {
+        IpNet::V4(net) => Prefix {
+            addr: [u64::from(u32::from(net.network())), 0],
+            mask: [u64::from(u32::from(net.netmask())), 0],
+        },
+        IpNet::V6(net) => {
+            let (addr, mask) = (u128::from(net.network()), u128::from(net.netmask()));
+            Prefix {
+                addr: [(addr >> 64) as u64, addr as u64],
+                mask: [(mask >> 64) as u64, mask as u64],
+            }
+        }
     }
 }

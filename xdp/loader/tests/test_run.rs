@@ -403,6 +403,30 @@ fn ipv6_rules_extension_headers_and_rates() {
 }
 
 #[test]
+fn empty_lists_are_skipped_and_refilled_lists_apply() {
+    let mut f = filter();
+    let text = CONFIG.replace(
+        "allowlist: [198.51.100.0/24, \"2001:db8:aaaa::/48\"]",
+        "allowlist: []",
+    );
+    f.apply(&Config::parse(&text).unwrap()).unwrap();
+    let src = Ipv4Addr::new(198, 51, 100, 7);
+    expect(
+        &f,
+        &ipv4(src, VIP, 6, &tcp(22, SYN | FIN)).bytes(),
+        Reason::TcpFlags,
+        "no allowlist any more",
+    );
+    f.apply(&Config::parse(CONFIG).unwrap()).unwrap();
+    expect(
+        &f,
+        &ipv4(src, VIP, 6, &tcp(22, SYN | FIN)).bytes(),
+        Reason::Allowlist,
+        "allowlist back",
+    );
+}
+
+#[test]
 fn lists_are_replaced_on_reapply() {
     let mut f = filter();
     let src = Ipv4Addr::new(100, 64, 200, 1);

@@ -1,6 +1,7 @@
 //! Crafted packets for the filter's tests: Ethernet (with VLAN tags), IPv4/IPv6 (with
-//! options and extension headers), TCP, UDP, ICMP. Checksums are left zero: XDP does not
-//! check them.
+//! options and extension headers), TCP, UDP, ICMP. The IPv4 header checksum is right
+//! (the kernel drops a bad one before iptables sees the packet); L4 checksums are left
+//! zero: neither XDP nor the raw table checks them.
 #![allow(dead_code)]
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -70,12 +71,25 @@ pub fn ipv4_with(
     ip.extend_from_slice(&src.octets());
     ip.extend_from_slice(&dst.octets());
     ip.extend_from_slice(options);
+    let checksum = ipv4_checksum(&ip);
+    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
     ip.extend_from_slice(l4);
     Packet {
         vlans: vec![],
         ethertype: 0x0800,
         l3: ip,
     }
+}
+
+fn ipv4_checksum(header: &[u8]) -> u16 {
+    let mut sum: u32 = header
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 /// IPv6 with extension headers `(type, body)`; bodies are padded to 8-byte units.

@@ -1,0 +1,310 @@
+//! Benchmarks (root): `cargo bench -p edge-xdp --bench xdp_drop`.
+//!
+//! 1. Nanoseconds per packet in the kernel (BPF_PROG_TEST_RUN, 1,000,000 repeats) for
+//!    drop and pass paths; medians of 5.
+//! 2. A SYN flood on a veth pair from a fast sender of our own (AF_PACKET,
+//!    PACKET_QDISC_BYPASS, sendmmsg): XDP (driver and skb mode) dropping it by its SYN
+//!    rate rule against an iptables `-t raw ... -j DROP` rule, same sender, alternating
+//!    rounds: packets dropped per second, and machine CPU per packet (all CPUs, from
+//!    /proc/stat, sender included: on veth the receive path runs inside the sender's
+//!    transmit call, so the two cannot be told apart).
+
+#[path = "../tests/lab/mod.rs"]
+mod lab;
+#[path = "../tests/packets/mod.rs"]
+mod packets;
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use edge_xdp::config::Config;
+use edge_xdp::filter::Filter;
+use packets::*;
+
+const FLOOD_SECONDS: u64 = 3;
+
+fn main() {
+    if let Ok(spec) = std::env::var("XDP_BENCH_SENDER") {
+        return sender(&spec);
+    }
+    test_run_nanoseconds();
+    syn_flood();
+}
+
+fn test_run_nanoseconds() {
+    let mut filter = Filter::load().unwrap();
+    let config = "pop: b\ninterface: lo\nmetrics_listen: 127.0.0.1:0\nprotected: [192.0.2.0/24]\nblocklist: [203.0.113.0/24]\n";
+    filter.apply(&Config::parse(config).unwrap()).unwrap();
+    let vip = Ipv4Addr::new(192, 0, 2, 10);
+    let cases = [
+        (
+            "drop: SYN+FIN to the VIP",
+            ipv4(Ipv4Addr::new(100, 64, 0, 1), vip, 6, &tcp(443, SYN | FIN)).bytes(),
+        ),
+        (
+            "drop: blocklisted source",
+            ipv4(Ipv4Addr::new(203, 0, 113, 1), vip, 6, &tcp(443, ACK)).bytes(),
+        ),
+        (
+            "pass: ACK to 443",
+            ipv4(Ipv4Addr::new(100, 64, 0, 1), vip, 6, &tcp(443, ACK)).bytes(),
+        ),
+        (
+            "pass: not for a protected prefix",
+            ipv4(
+                Ipv4Addr::new(100, 64, 0, 1),
+                Ipv4Addr::new(10, 0, 0, 1),
+                6,
+                &tcp(443, ACK),
+            )
+            .bytes(),
+        ),
+    ];
+    println!("BPF_PROG_TEST_RUN, 1,000,000 repeats, median of 5:");
+    for (name, packet) in cases {
+        let mut ns: Vec<u128> = (0..5)
+            .map(|_| filter.test_run(&packet, 1_000_000).unwrap().1.as_nanos())
+            .collect();
+        ns.sort();
+        println!("  {name:<34} {:>4} ns/packet", ns[2]);
+    }
+}
+
+fn syn_flood() {
+    let mut lab = lab::Lab::new("b");
+    let victim_mac = mac(&lab, &lab.victim, &lab.veth);
+    let sender_mac = mac(&lab, &lab.sender, &lab.peer);
+    let contenders = ["xdp-driver", "iptables", "xdp-skb"];
+    let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); contenders.len()];
+    for round in 0..3 {
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        order.rotate_left(round % contenders.len());
+        for index in order {
+            let contender = contenders[index];
+            let (dropped, cpu_ns, sent) = match contender.strip_prefix("xdp-") {
+                Some(mode) => {
+                    let config = lab.config(mode, "203.0.113.0/24");
+                    let victim = lab.victim.clone();
+                    let loader = lab.spawn(
+                        &victim,
+                        &[
+                            env!("CARGO_BIN_EXE_edge-xdp"),
+                            "run",
+                            "--config",
+                            config.to_str().unwrap(),
+                        ],
+                        "xdp.log",
+                    );
+                    while lab.counters().is_empty() {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    let before = lab.counters()["syn_rate"];
+                    let (sent, cpu_ns) = flood(&lab, &victim_mac, &sender_mac);
+                    let dropped = lab.counters()["syn_rate"] - before;
+                    nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(loader as i32),
+                        nix::sys::signal::Signal::SIGTERM,
+                    )
+                    .unwrap();
+                    while !lab.xdp_prog_id().is_empty() {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    (dropped, cpu_ns, sent)
+                }
+                None => {
+                    let rule = [
+                        "-t",
+                        "raw",
+                        "-A",
+                        "PREROUTING",
+                        "-p",
+                        "tcp",
+                        "--syn",
+                        "-d",
+                        "192.0.2.10",
+                        "-j",
+                        "DROP",
+                    ];
+                    lab.exec(&lab.victim, &[&["iptables"][..], &rule[..]].concat());
+                    let (sent, cpu_ns) = flood(&lab, &victim_mac, &sender_mac);
+                    let listing = lab.exec(
+                        &lab.victim,
+                        &[
+                            "iptables",
+                            "-t",
+                            "raw",
+                            "-L",
+                            "PREROUTING",
+                            "-v",
+                            "-x",
+                            "-n",
+                        ],
+                    );
+                    let dropped = listing
+                        .lines()
+                        .find(|l| l.contains("DROP"))
+                        .and_then(|l| l.split_whitespace().next())
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    lab.exec(&lab.victim, &["iptables", "-t", "raw", "-F", "PREROUTING"]);
+                    (dropped, cpu_ns, sent)
+                }
+            };
+            let rate = dropped as f64 / FLOOD_SECONDS as f64;
+            let cpu_per_packet = cpu_ns as f64 / dropped.max(1) as f64;
+            println!(
+                "round {round}: {contender:<10} sent {sent:>9}  dropped {dropped:>9} ({rate:>9.0}/s)  {cpu_per_packet:>6.0} ns CPU per packet"
+            );
+            results[index].push((rate, cpu_per_packet));
+        }
+    }
+    let median = |v: &[(f64, f64)], pick: fn(&(f64, f64)) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(pick).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    println!(
+        "\nSYN flood on veth, {FLOOD_SECONDS} s per round, medians of 3 (machine CPU per packet, sender included):"
+    );
+    for (index, contender) in contenders.iter().enumerate() {
+        println!(
+            "  {contender:<10} {:>9.0} drops/s  {:>6.0} ns CPU per packet",
+            median(&results[index], |e| e.0),
+            median(&results[index], |e| e.1)
+        );
+    }
+    let (ipt_rate, ipt_cpu) = (median(&results[1], |e| e.0), median(&results[1], |e| e.1));
+    for index in [0, 2] {
+        println!(
+            "  ratio {} / iptables: drops/s {:.2}, CPU per packet (iptables/XDP) {:.2}",
+            contenders[index],
+            median(&results[index], |e| e.0) / ipt_rate,
+            ipt_cpu / median(&results[index], |e| e.1)
+        );
+    }
+}
+
+/// Runs the sender in the sender namespace for FLOOD_SECONDS; returns frames sent and
+/// the CPU time all CPUs spent meanwhile.
+fn flood(lab: &lab::Lab, victim_mac: &[u8; 6], sender_mac: &[u8; 6]) -> (u64, u64) {
+    let spec = format!("{},{},{}", lab.peer, hex(victim_mac), hex(sender_mac));
+    let busy_before = busy_ns();
+    let out = Command::new("ip")
+        .args(["netns", "exec", &lab.sender])
+        .arg(std::env::current_exe().unwrap())
+        .env("XDP_BENCH_SENDER", spec)
+        .output()
+        .unwrap();
+    let busy = busy_ns() - busy_before;
+    std::thread::sleep(Duration::from_millis(200));
+    let sent = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    (sent, busy)
+}
+
+/// Sender mode: SYN frames to the VIP from one source, as fast as sendmmsg goes.
+fn sender(spec: &str) {
+    let parts: Vec<&str> = spec.split(',').collect();
+    let (ifname, dst_mac, src_mac) = (parts[0], unhex(parts[1]), unhex(parts[2]));
+    let mut frame = ipv4(
+        Ipv4Addr::new(100, 64, 55, 5),
+        Ipv4Addr::new(192, 0, 2, 10),
+        6,
+        &tcp(443, SYN),
+    )
+    .bytes();
+    frame[0..6].copy_from_slice(&dst_mac);
+    frame[6..12].copy_from_slice(&src_mac);
+    // SAFETY: plain socket calls with correctly sized arguments; the frame outlives them.
+    let sent = unsafe {
+        let fd = libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW,
+            (libc::ETH_P_ALL as u16).to_be() as i32,
+        );
+        assert!(fd >= 0, "AF_PACKET socket");
+        let one: libc::c_int = 1;
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            (&one as *const libc::c_int).cast(),
+            4,
+        );
+        let name = std::ffi::CString::new(ifname).unwrap();
+        let mut addr: libc::sockaddr_ll = std::mem::zeroed();
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = (libc::ETH_P_IP as u16).to_be();
+        addr.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
+        assert_eq!(
+            libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32
+            ),
+            0,
+            "bind"
+        );
+        let mut iov = libc::iovec {
+            iov_base: frame.as_mut_ptr().cast(),
+            iov_len: frame.len(),
+        };
+        let mut messages: Vec<libc::mmsghdr> = (0..64)
+            .map(|_| {
+                let mut m: libc::mmsghdr = std::mem::zeroed();
+                m.msg_hdr.msg_iov = &mut iov;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(FLOOD_SECONDS);
+        let mut sent = 0u64;
+        while Instant::now() < deadline {
+            let n = libc::sendmmsg(fd, messages.as_mut_ptr(), messages.len() as u32, 0);
+            if n > 0 {
+                sent += n as u64;
+            }
+        }
+        libc::close(fd);
+        sent
+    };
+    println!("{sent}");
+}
+
+fn mac(lab: &lab::Lab, ns: &str, ifname: &str) -> [u8; 6] {
+    let out = lab.exec(ns, &["cat", &format!("/sys/class/net/{ifname}/address")]);
+    unhex(&out.trim().replace(':', ""))
+}
+
+fn hex(mac: &[u8; 6]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> [u8; 6] {
+    let mut out = [0u8; 6];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).unwrap();
+    }
+    out
+}
+
+/// Non-idle CPU time of all CPUs so far, in ns.
+fn busy_ns() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields[3] + fields[4];
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    (total - idle) * 1_000_000_000 / hz
+}

@@ -1,0 +1,222 @@
+//! A sender namespace and a victim namespace (the PoP) joined by a veth pair, for the
+//! XDP tests and benchmarks. Created here, removed on drop; processes stopped by PID.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+
+pub struct Lab {
+    pub sender: String,
+    pub victim: String,
+    pub veth: String,
+    pub peer: String,
+    pub dir: tempfile::TempDir,
+    children: Vec<Child>,
+}
+
+pub fn sh(args: &[&str]) {
+    let status = Command::new(args[0])
+        .args(&args[1..])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{args:?}");
+}
+
+impl Lab {
+    pub fn new(tag: &str) -> Lab {
+        let id = std::process::id() % 100_000;
+        let lab = Lab {
+            sender: format!("xs-{tag}-{id}"),
+            victim: format!("xv-{tag}-{id}"),
+            veth: format!("v{tag}{id}"),
+            peer: format!("s{tag}{id}"),
+            dir: tempfile::tempdir().unwrap(),
+            children: Vec::new(),
+        };
+        let peer = lab.peer.clone();
+        for ns in [&lab.sender, &lab.victim] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.disable_ipv6=1",
+            ]);
+        }
+        sh(&[
+            "ip",
+            "link",
+            "add",
+            &peer,
+            "netns",
+            &lab.sender,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &lab.veth,
+            "netns",
+            &lab.victim,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &lab.sender,
+            "addr",
+            "add",
+            "198.18.0.1/30",
+            "dev",
+            &peer,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &lab.victim,
+            "addr",
+            "add",
+            "198.18.0.2/30",
+            "dev",
+            &lab.veth,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &lab.victim,
+            "addr",
+            "add",
+            "192.0.2.10/32",
+            "dev",
+            "lo",
+        ]);
+        sh(&["ip", "-n", &lab.sender, "link", "set", &peer, "up"]);
+        sh(&["ip", "-n", &lab.victim, "link", "set", &lab.veth, "up"]);
+        sh(&[
+            "ip",
+            "-n",
+            &lab.sender,
+            "route",
+            "add",
+            "192.0.2.10/32",
+            "via",
+            "198.18.0.2",
+        ]);
+        lab
+    }
+
+    pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
+        let out = std::fs::File::create(self.dir.path().join(log)).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    pub fn exec(&self, ns: &str, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join("xdp.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "pop: test\ninterface: {}\nmode: {mode}\nmetrics_listen: 127.0.0.1:19182\nprotected: [192.0.2.10/32]\n\
+                 tcp_ports: [80, 443]\nblocklist: [{blocklist}]\nsyn_rate: {{ per_second: 1, burst: 5 }}\n",
+                self.veth
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    pub fn counters(&self) -> std::collections::HashMap<String, u64> {
+        let text = self.exec(&self.victim, &["curl", "-s", "127.0.0.1:19182/metrics"]);
+        text.lines()
+            .filter(|l| l.starts_with("xdp_packets_total"))
+            .filter_map(|l| {
+                let reason = l.split("reason=\"").nth(1)?.split('"').next()?.to_owned();
+                Some((reason, l.rsplit(' ').next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    pub fn legit_requests(&self, n: usize) -> usize {
+        (0..n)
+            .filter(|_| {
+                self.exec(
+                    &self.sender,
+                    &[
+                        "curl",
+                        "-s",
+                        "-m",
+                        "3",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code}",
+                        "http://192.0.2.10/",
+                    ],
+                ) == "200"
+            })
+            .count()
+    }
+
+    pub fn scapy(&self, script: &str) {
+        let path = self.dir.path().join("junk.py");
+        std::fs::write(
+            &path,
+            format!("from scapy.all import *\nconf.verb = 0\nVIP = '192.0.2.10'\n{script}\n"),
+        )
+        .unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.sender, "/usr/bin/python3"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scapy: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn xdp_prog_id(&self) -> String {
+        let out = self.exec(&self.victim, &["ip", "-d", "link", "show", &self.veth]);
+        out.split("prog/xdp id ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in [&self.sender, &self.victim] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
