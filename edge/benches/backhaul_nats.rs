@@ -121,15 +121,7 @@ async fn edge_backhaul(
     stream: &mut async_nats::jetstream::stream::Stream,
 ) -> f64 {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = Arc::new(Metrics::new("bench"));
-    let (spool, _) = Spool::open(
-        &spool_settings(dir.path()),
-        "bench",
-        HashMap::new(),
-        Arc::clone(&metrics),
-    )
-    .unwrap();
-    let spool = Arc::new(spool);
+    let (spool, metrics) = open_spool(dir.path());
     let mut appends = FuturesUnordered::new();
     for i in 0..events {
         appends.push(spool.append(event(&format!("{prefix}-{i}"), body)));
@@ -177,15 +169,7 @@ async fn latency(
     body: &Bytes,
 ) -> (f64, f64, usize) {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = Arc::new(Metrics::new("bench"));
-    let (spool, _) = Spool::open(
-        &spool_settings(dir.path()),
-        "bench",
-        HashMap::new(),
-        Arc::clone(&metrics),
-    )
-    .unwrap();
-    let spool = Arc::new(spool);
+    let (spool, metrics) = open_spool(dir.path());
     let settings = backhaul_settings(nats);
     let sink = Arc::new(
         edge::backhaul::Sink::connect(&settings, "bench", Arc::clone(&metrics))
@@ -244,6 +228,18 @@ async fn latency(
     ms.sort_by(f64::total_cmp);
     let pick = |q: f64| ms[((ms.len() as f64 - 1.0) * q) as usize];
     (pick(0.5), pick(0.99), ms.len())
+}
+
+fn open_spool(dir: &std::path::Path) -> (Arc<Spool>, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new("bench"));
+    let (spool, _) = Spool::open(
+        &spool_settings(dir),
+        "bench",
+        HashMap::new(),
+        Arc::clone(&metrics),
+    )
+    .unwrap();
+    (Arc::new(spool), metrics)
 }
 
 fn event(id: &str, body: &Bytes) -> NewEvent {

@@ -265,38 +265,23 @@ async fn every_provider_scheme_end_to_end() {
         .unwrap();
     assert_eq!(r.status(), 200, "shopify acknowledges with 200");
 
-    let body = br#"{"type":"event_callback","event_id":"Ev1"}"#;
     let ts = now.to_string();
-    let sig = format!(
-        "v0={}",
-        hex::encode(hmac_sha256(
+    let slack = |body: &'static [u8]| {
+        let sig = hex::encode(hmac_sha256(
             b"slack-secret",
-            &[b"v0:", ts.as_bytes(), b":", body]
-        ))
-    );
-    let r = c
-        .post(edge.url("/hooks/slack"))
-        .header("X-Slack-Signature", &sig)
-        .header("X-Slack-Request-Timestamp", &ts)
-        .body(body.to_vec())
-        .send()
+            &[b"v0:", ts.as_bytes(), b":", body],
+        ));
+        c.post(edge.url("/hooks/slack"))
+            .header("X-Slack-Signature", format!("v0={sig}"))
+            .header("X-Slack-Request-Timestamp", &ts)
+            .body(body.to_vec())
+            .send()
+    };
+    let r = slack(br#"{"type":"event_callback","event_id":"Ev1"}"#)
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    let challenge = br#"{"type":"url_verification","challenge":"chal-42","token":"t"}"#;
-    let sig = format!(
-        "v0={}",
-        hex::encode(hmac_sha256(
-            b"slack-secret",
-            &[b"v0:", ts.as_bytes(), b":", challenge]
-        ))
-    );
-    let r = c
-        .post(edge.url("/hooks/slack"))
-        .header("X-Slack-Signature", &sig)
-        .header("X-Slack-Request-Timestamp", &ts)
-        .body(challenge.to_vec())
-        .send()
+    let r = slack(br#"{"type":"url_verification","challenge":"chal-42","token":"t"}"#)
         .await
         .unwrap();
     assert_eq!(r.status(), 200);

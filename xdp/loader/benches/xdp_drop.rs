@@ -85,20 +85,7 @@ fn syn_flood() {
             let (dropped, cpu_ns, sent) = match contender.strip_prefix("xdp-") {
                 Some(mode) => {
                     let config = lab.config(mode, "203.0.113.0/24");
-                    let victim = lab.victim.clone();
-                    let loader = lab.spawn(
-                        &victim,
-                        &[
-                            env!("CARGO_BIN_EXE_edge-xdp"),
-                            "run",
-                            "--config",
-                            config.to_str().unwrap(),
-                        ],
-                        "xdp.log",
-                    );
-                    while lab.counters().is_empty() {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
+                    let loader = lab.start_loader(&config);
                     let before = lab.counters()["syn_rate"];
                     let (sent, cpu_ns) = flood(&lab, &victim_mac, &sender_mac);
                     let dropped = lab.counters()["syn_rate"] - before;

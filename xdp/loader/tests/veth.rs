@@ -25,25 +25,7 @@ fn junk_counts_match(mode: &str, tag: &str) {
         "http.log",
     );
     let config = lab.config(mode, "203.0.113.0/24");
-    let loader = lab.spawn(
-        &victim,
-        &[
-            env!("CARGO_BIN_EXE_edge-xdp"),
-            "run",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-        "xdp.log",
-    );
-    let started = Instant::now();
-    while lab.counters().is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "loader not up: {}",
-            std::fs::read_to_string(lab.dir.path().join("xdp.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let loader = lab.start_loader(&config);
     let log = std::fs::read_to_string(lab.dir.path().join("xdp.log")).unwrap();
     assert!(
         log.contains(&format!("mode=\"{mode}\"")) || log.contains(&format!("mode={mode}")),

@@ -125,6 +125,32 @@ impl Lab {
         pid
     }
 
+    /// Starts `edge-xdp run` in the victim namespace with `config` and waits until its
+    /// metrics answer; returns its PID.
+    pub fn start_loader(&mut self, config: &std::path::Path) -> u32 {
+        let victim = self.victim.clone();
+        let loader = self.spawn(
+            &victim,
+            &[
+                env!("CARGO_BIN_EXE_edge-xdp"),
+                "run",
+                "--config",
+                config.to_str().unwrap(),
+            ],
+            "xdp.log",
+        );
+        let started = std::time::Instant::now();
+        while self.counters().is_empty() {
+            let log = std::fs::read_to_string(self.dir.path().join("xdp.log")).unwrap_or_default();
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "edge-xdp not up: {log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        loader
+    }
+
     pub fn exec(&self, ns: &str, args: &[&str]) -> String {
         let out = Command::new("ip")
             .args(["netns", "exec", ns])
