@@ -22,6 +22,7 @@ pub struct Settings {
     pub tls: TlsSettings,
     pub spool: SpoolSettings,
     pub http: HttpSettings,
+    pub connections: crate::conn_limits::Caps,
     pub drain_grace: Duration,
     pub shutdown_timeout: Duration,
     pub routes: Vec<Route>,
@@ -214,6 +215,8 @@ struct RawConfig {
     spool: RawSpool,
     #[serde(default)]
     http: RawHttp,
+    #[serde(default)]
+    connections: RawConnections,
     #[serde(default = "default_drain_grace", with = "humantime_serde")]
     drain_grace: Duration,
     #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
@@ -275,6 +278,32 @@ impl Default for RawBreaker {
         Self {
             failures: default_breaker_failures(),
             open_for: default_breaker_open_for(),
+        }
+    }
+}
+
+/// Connection caps, enforced before the TLS handshake.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConnections {
+    #[serde(default = "default_max_connections")]
+    max: usize,
+    #[serde(default = "default_per_source")]
+    per_source: usize,
+    /// CIDRs where many senders share addresses (provider egress ranges).
+    #[serde(default)]
+    trusted: Vec<ipnet::IpNet>,
+    #[serde(default = "default_per_trusted_source")]
+    per_trusted_source: usize,
+}
+
+impl Default for RawConnections {
+    fn default() -> Self {
+        Self {
+            max: default_max_connections(),
+            per_source: default_per_source(),
+            trusted: Vec::new(),
+            per_trusted_source: default_per_trusted_source(),
         }
     }
 }
@@ -461,6 +490,15 @@ impl RawConfig {
             err("http.max_headers".into(), "must be positive");
         }
 
+        if self.connections.max == 0 || self.connections.per_source == 0 {
+            err("connections".into(), "max and per_source must be positive");
+        }
+        if self.connections.per_trusted_source < self.connections.per_source {
+            err(
+                "connections.per_trusted_source".into(),
+                "must be at least connections.per_source",
+            );
+        }
         if self.routes.is_empty() {
             err("routes".into(), "must list at least one route");
         }
@@ -707,6 +745,12 @@ impl RawConfig {
                 header_timeout: self.http.header_timeout,
                 h2_max_concurrent_streams: self.http.h2_max_concurrent_streams,
             },
+            connections: crate::conn_limits::Caps {
+                max_total: self.connections.max,
+                max_per_source: self.connections.per_source,
+                trusted: self.connections.trusted,
+                max_per_trusted_source: self.connections.per_trusted_source,
+            },
             drain_grace: self.drain_grace,
             shutdown_timeout: self.shutdown_timeout,
             routes,
@@ -718,6 +762,15 @@ impl RawConfig {
 /// Room a spool record needs beyond its body (ids, headers, framing).
 const MAX_RECORD_OVERHEAD: u64 = 64 * 1024;
 
+fn default_max_connections() -> usize {
+    20_000
+}
+fn default_per_source() -> usize {
+    256
+}
+fn default_per_trusted_source() -> usize {
+    8192
+}
 fn default_drain_grace() -> Duration {
     Duration::from_secs(5)
 }

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod backhaul;
 pub mod config;
+pub mod conn_limits;
 pub mod event;
 pub mod http;
 pub mod metrics;

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub tls_handshakes: Family<Handshake, Counter>,
     pub tls_handshake_failures: Family<Reason, Counter>,
     pub accept_errors: Family<Reason, Counter>,
+    pub connections_refused: Family<Reason, Counter>,
+    pub tfo_accepted: Counter,
     pub backhaul_dials: Counter,
     pub backhaul_ready_connections: Gauge,
     pub backhaul_acks: Counter,
@@ -90,6 +92,8 @@ impl Metrics {
             tls_handshakes: Family::default(),
             tls_handshake_failures: Family::default(),
             accept_errors: Family::default(),
+            connections_refused: Family::default(),
+            tfo_accepted: Counter::default(),
             backhaul_dials: Counter::default(),
             backhaul_ready_connections: Gauge::default(),
             backhaul_acks: Counter::default(),
@@ -173,6 +177,16 @@ impl Metrics {
             "accept_errors",
             "accept() failures, by reason",
             m.accept_errors.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed before TLS because a cap was reached, by cap",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "tfo_accepted",
+            "Accepted connections whose SYN carried data (TCP Fast Open)",
+            m.tfo_accepted.clone(),
         );
         registry.register(
             "backhaul_dials",

@@ -70,6 +70,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tls: tokio_rustls::TlsAcceptor::from(tls_config),
         http: Arc::new(connection_builder(&settings.http)),
         handshake_timeout: settings.tls.handshake_timeout,
+        connections: std::sync::Mutex::new(crate::conn_limits::ConnTable::new(
+            settings.connections.clone(),
+        )),
+        refusal_log: Default::default(),
     });
     let (stop_backhaul, backhaul_stopped) = watch::channel(false);
     let backhaul = match &settings.backhaul {

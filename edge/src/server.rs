@@ -2,8 +2,9 @@
 //! handshake under a deadline, and one hyper connection per client, all stoppable for a
 //! graceful shutdown.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -13,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+use crate::conn_limits::{ConnTable, Source};
 use crate::http::App;
 use crate::http::webhook::{self, Arrival};
 use crate::metrics::{Handshake, Reason};
@@ -23,6 +25,9 @@ pub struct Server {
     pub tls: TlsAcceptor,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub handshake_timeout: Duration,
+    /// Connection caps, checked before any TLS work.
+    pub connections: Mutex<ConnTable>,
+    pub refusal_log: LogThrottle,
 }
 
 impl Server {
@@ -61,9 +66,34 @@ impl Server {
             match accepted {
                 Ok((stream, peer)) => {
                     backoff = MIN_ACCEPT_BACKOFF;
-                    let _ = stream.set_nodelay(true);
-                    let watcher = graceful.watcher();
-                    tokio::spawn(Arc::clone(&self).connection(stream, peer, watcher));
+                    let admitted = self
+                        .connections
+                        .lock()
+                        .expect("connection table")
+                        .admit(peer.ip());
+                    match admitted {
+                        Ok(source) => {
+                            let _ = stream.set_nodelay(true);
+                            let watcher = graceful.watcher();
+                            tokio::spawn(
+                                Arc::clone(&self).connection(stream, peer, source, watcher),
+                            );
+                        }
+                        Err(refusal) => {
+                            // Closed before the handshake: an over-cap source costs one accept.
+                            drop(stream);
+                            self.app
+                                .metrics
+                                .connections_refused
+                                .get_or_create(&Reason {
+                                    reason: refusal.reason(),
+                                })
+                                .inc();
+                            if self.refusal_log.allow() {
+                                tracing::warn!(%peer, reason = refusal.reason(), "connection over its cap, closed before TLS (logged at most once a second)");
+                            }
+                        }
+                    }
                 }
                 Err(e) if is_fd_exhaustion(&e) => {
                     self.app
@@ -93,12 +123,20 @@ impl Server {
         self: Arc<Self>,
         stream: tokio::net::TcpStream,
         peer: std::net::SocketAddr,
+        source: Source,
         watcher: hyper_util::server::graceful::Watcher,
     ) {
         let metrics = &self.app.metrics;
         metrics.open_connections.inc();
+        if crate::sockets::syn_carried_data(&stream) {
+            metrics.tfo_accepted.inc();
+        }
         let _open = scopeguard(|| {
             metrics.open_connections.dec();
+            self.connections
+                .lock()
+                .expect("connection table")
+                .release(source);
         });
         let tls = match tokio::time::timeout(self.handshake_timeout, self.tls.accept(stream)).await
         {
@@ -151,6 +189,23 @@ impl Server {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         }
+    }
+}
+
+/// Lets a log line through at most once a second, so an attack cannot flood the logs;
+/// the metric counts every event.
+#[derive(Debug, Default)]
+pub struct LogThrottle {
+    last_second: AtomicU64,
+}
+
+impl LogThrottle {
+    pub fn allow(&self) -> bool {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        self.last_second.swap(now, Ordering::Relaxed) != now
     }
 }
 

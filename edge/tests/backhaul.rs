@@ -162,7 +162,7 @@ fn ids(prefix: &str, n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
     let mut nats = Nats::start();
-    let mut edge = Edge::start("", &format!("{}\n", "")).with_backhaul(&backhaul_config(&nats));
+    let mut edge = Edge::start("", &format!("{}\n", "")).with_section(&backhaul_config(&nats));
 
     // 1,000 events: exactly 1,000 messages, bodies byte-identical, headers carried.
     let acked = post_all(&edge, ids("first", 1000)).await;
@@ -246,7 +246,7 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
     assert_eq!(messages.len() as u64, expected);
 
     // Two PoPs sharing one stream: the same event through both is one message.
-    let other = Edge::start("", "").with_backhaul(&backhaul_config(&nats));
+    let other = Edge::start("", "").with_section(&backhaul_config(&nats));
     assert_eq!(post_all(&edge, vec!["both-pops".into()]).await.len(), 1);
     assert_eq!(post_all(&other, vec!["both-pops".into()]).await.len(), 1);
     tokio::time::sleep(Duration::from_secs(1)).await;

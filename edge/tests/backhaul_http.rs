@@ -143,7 +143,7 @@ async fn http_origin_retries_dead_letters_breaks_and_stays_warm() {
     let section = format!(
         "backhaul:\n  sink: http\n  http: {{ url: \"http://127.0.0.1:{port}/ingest\", connections: 2, timeout: 2s }}\n  retry: {{ base: 50ms, max: 400ms }}\n  breaker: {{ failures: 3, open_for: 1s }}\n"
     );
-    let edge = Edge::start("", "").with_backhaul(&section);
+    let edge = Edge::start("", "").with_section(&section);
 
     let ok: Vec<String> = (0..50).map(|i| format!("ok-{i}")).collect();
     for id in &ok {

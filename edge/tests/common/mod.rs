@@ -107,8 +107,9 @@ impl Edge {
         edge
     }
 
-    /// Restarts this edge with `section` appended to its config (e.g. a backhaul block).
-    pub fn with_backhaul(mut self, section: &str) -> Edge {
+    /// Restarts this edge with `section` (top-level YAML, e.g. a backhaul block) appended to
+    /// its config.
+    pub fn with_section(mut self, section: &str) -> Edge {
         self.kill9();
         let mut text = std::fs::read_to_string(&self.config).unwrap();
         text.push_str(section);

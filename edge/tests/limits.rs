@@ -1,0 +1,91 @@
+//! Connection caps on the real binary: over its per-source cap a connection is closed
+//! before any TLS work, other sources are unaffected, trusted CIDRs get a higher cap,
+//! and closed connections free their slots.
+
+mod common;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::*;
+
+/// A raw TCP connection from `source` to the edge.
+fn connect_from(source: &str, edge: &Edge) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&format!("{source}:0").parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    socket
+        .connect(
+            &format!("127.0.0.1:{}", edge.port)
+                .parse::<SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    stream
+}
+
+/// True when the edge closed the connection without a word (EOF before any TLS).
+fn closed_by_edge(mut stream: TcpStream) -> bool {
+    let mut buf = [0u8; 16];
+    matches!(stream.read(&mut buf), Ok(0))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_source_caps_close_before_tls() {
+    let edge = Edge::start("", "").with_section(
+        "connections: { max: 100, per_source: 3, trusted: [127.0.0.3/32], per_trusted_source: 6 }\n",
+    );
+    let held: Vec<TcpStream> = (0..3).map(|_| connect_from("127.0.0.1", &edge)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        closed_by_edge(connect_from("127.0.0.1", &edge)),
+        "the 4th connection from one source is closed"
+    );
+
+    // Another source is unaffected: a full signed webhook over TLS.
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&edge.cert_pem()).unwrap())
+        .local_address(Some("127.0.0.2".parse().unwrap()))
+        .build()
+        .unwrap();
+    let r = github_post(&client, &edge, "other-source", b"{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+
+    // A trusted CIDR (many senders behind one egress) gets its higher cap.
+    let trusted: Vec<TcpStream> = (0..6).map(|_| connect_from("127.0.0.3", &edge)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        closed_by_edge(connect_from("127.0.0.3", &edge)),
+        "the 7th trusted connection is closed"
+    );
+
+    // Closing connections frees their slots.
+    drop(held);
+    drop(trusted);
+    std::thread::sleep(Duration::from_millis(300));
+    let again = connect_from("127.0.0.1", &edge);
+    assert!(
+        !closed_by_edge(again),
+        "a freed slot admits a new connection"
+    );
+
+    let metrics = edge.metrics();
+    assert!(
+        metrics.contains(r#"edge_connections_refused_total{pop="test",reason="per_source"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        edge.log_text().contains("connection over its cap"),
+        "refusals are logged"
+    );
+}
