@@ -56,6 +56,27 @@ pub async fn connect(host: &str, port: u16) -> std::io::Result<tokio::net::TcpSt
     Err(last_error.unwrap_or_else(|| std::io::Error::other(format!("{host}: no address"))))
 }
 
+/// Whether the client's SYN carried data (TCP Fast Open was used on this connection),
+/// from the kernel's TCP_INFO.
+pub fn syn_carried_data(stream: &tokio::net::TcpStream) -> bool {
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a valid fd and an out-buffer of the size passed.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && info.tcpi_options & TCPI_OPT_SYN_DATA != 0
+}
+
+/// `tcpi_options` bit: the SYN carried data (linux/tcp.h).
+const TCPI_OPT_SYN_DATA: u8 = 32;
+
 /// Server-side TFO needs the listener option (socket2 has no API for it) and bit 0x2 of
 /// `net.ipv4.tcp_fastopen`; without the sysctl the option is accepted and unused.
 fn set_tcp_fastopen(socket: &Socket, queue: u32) -> std::io::Result<()> {
