@@ -139,6 +139,8 @@ pub struct HttpSettings {
     pub max_headers: usize,
     pub header_timeout: Duration,
     pub h2_max_concurrent_streams: u32,
+    /// Slow-body rule: minimum average rate after a grace period, and a body deadline.
+    pub body_rate: crate::http::body_rate::BodyRate,
 }
 
 /// One webhook endpoint.
@@ -374,6 +376,12 @@ struct RawHttp {
     header_timeout: Duration,
     #[serde(default = "default_h2_streams")]
     h2_max_concurrent_streams: u32,
+    #[serde(default = "default_min_body_rate")]
+    min_body_rate: bytesize::ByteSize,
+    #[serde(default = "default_body_rate_grace", with = "humantime_serde")]
+    body_rate_grace: Duration,
+    #[serde(default = "default_body_timeout", with = "humantime_serde")]
+    body_timeout: Duration,
 }
 
 impl Default for RawHttp {
@@ -383,6 +391,9 @@ impl Default for RawHttp {
             max_headers: default_max_headers(),
             header_timeout: default_header_timeout(),
             h2_max_concurrent_streams: default_h2_streams(),
+            min_body_rate: default_min_body_rate(),
+            body_rate_grace: default_body_rate_grace(),
+            body_timeout: default_body_timeout(),
         }
     }
 }
@@ -485,6 +496,9 @@ impl RawConfig {
         }
         if self.http.max_header_bytes.as_u64() < 1024 {
             err("http.max_header_bytes".into(), "must be at least 1KiB");
+        }
+        if self.http.body_timeout.is_zero() {
+            err("http.body_timeout".into(), "must be greater than zero");
         }
         if self.http.max_headers == 0 {
             err("http.max_headers".into(), "must be positive");
@@ -744,6 +758,11 @@ impl RawConfig {
                 max_headers: self.http.max_headers,
                 header_timeout: self.http.header_timeout,
                 h2_max_concurrent_streams: self.http.h2_max_concurrent_streams,
+                body_rate: crate::http::body_rate::BodyRate {
+                    min_bytes_per_second: self.http.min_body_rate.as_u64(),
+                    grace: self.http.body_rate_grace,
+                    deadline: self.http.body_timeout,
+                },
             },
             connections: crate::conn_limits::Caps {
                 max_total: self.connections.max,
@@ -812,6 +831,15 @@ fn default_header_timeout() -> Duration {
 }
 fn default_h2_streams() -> u32 {
     128
+}
+fn default_min_body_rate() -> bytesize::ByteSize {
+    bytesize::ByteSize::kib(1)
+}
+fn default_body_rate_grace() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_body_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 fn default_max_body() -> bytesize::ByteSize {
     bytesize::ByteSize::mib(1)

@@ -12,6 +12,7 @@ pub mod config;
 pub mod conn_limits;
 pub mod event;
 pub mod http;
+pub mod log_throttle;
 pub mod metrics;
 pub mod run;
 pub mod server;

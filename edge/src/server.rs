@@ -2,9 +2,8 @@
 //! handshake under a deadline, and one hyper connection per client, all stoppable for a
 //! graceful shutdown.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -27,7 +26,7 @@ pub struct Server {
     pub handshake_timeout: Duration,
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
-    pub refusal_log: LogThrottle,
+    pub refusal_log: crate::log_throttle::LogThrottle,
 }
 
 impl Server {
@@ -189,23 +188,6 @@ impl Server {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         }
-    }
-}
-
-/// Lets a log line through at most once a second, so an attack cannot flood the logs;
-/// the metric counts every event.
-#[derive(Debug, Default)]
-pub struct LogThrottle {
-    last_second: AtomicU64,
-}
-
-impl LogThrottle {
-    pub fn allow(&self) -> bool {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        self.last_second.swap(now, Ordering::Relaxed) != now
     }
 }
 

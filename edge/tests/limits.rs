@@ -89,3 +89,48 @@ async fn per_source_caps_close_before_tls() {
         "refusals are logged"
     );
 }
+
+#[test]
+fn a_body_below_the_minimum_rate_gets_408() {
+    let edge = Edge::start("", "")
+        .with_section("http: { min_body_rate: 1KiB, body_rate_grace: 1s, body_timeout: 20s }\n");
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, vec![b'x'; 20 * 1024]).unwrap();
+    let started = std::time::Instant::now();
+    let output = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--limit-rate",
+            "200",
+            "--http1.1",
+            "--cacert",
+        ])
+        .arg(edge.dir.path().join("cert.pem"))
+        .args([
+            "-H",
+            "X-GitHub-Delivery: slow",
+            "-H",
+            "X-Hub-Signature-256: sha256=00",
+        ])
+        .arg("--data-binary")
+        .arg(format!("@{}", body.display()))
+        .arg(edge.url("/hooks/github"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "408");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "cut after the grace, not at the end: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        edge.metrics()
+            .contains(r#"edge_rejected_total{pop="test",reason="slow_body"} 1"#)
+    );
+    assert!(edge.log_text().contains("below the minimum rate"));
+}

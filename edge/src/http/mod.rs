@@ -1,6 +1,7 @@
 //! The HTTP side of the edge: shared application state, the route table, and the hyper
 //! connection settings. The webhook path itself is in [`webhook`].
 
+pub mod body_rate;
 pub mod webhook;
 
 use std::collections::HashMap;
@@ -16,6 +17,8 @@ use crate::spool::Spool;
 /// Everything a request handler needs, shared by all connections.
 pub struct App {
     pub routes: HashMap<String, Arc<RouteEntry>>,
+    pub body_rate: body_rate::BodyRate,
+    pub slow_body_log: crate::log_throttle::LogThrottle,
     pub spool: Arc<Spool>,
     pub metrics: Arc<Metrics>,
 }
@@ -41,6 +44,8 @@ impl App {
             .collect();
         Self {
             routes,
+            body_rate: settings.http.body_rate,
+            slow_body_log: Default::default(),
             spool,
             metrics,
         }

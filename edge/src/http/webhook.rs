@@ -10,6 +10,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 
+use super::body_rate::BodyRate;
 use super::{App, RouteEntry};
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
@@ -65,9 +66,23 @@ async fn handle_route(
     }
     let received_ms = now_ms();
     let (parts, body) = request.into_parts();
-    let body = match read_body(body, route.max_body).await {
+    let body = match read_body(body, route.max_body, app.body_rate).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => return too_large(route.max_body),
+        Err(BodyError::TooSlow { received, elapsed }) => {
+            app.metrics.reject("slow_body");
+            if app.slow_body_log.allow() {
+                tracing::info!(route = %entry.name, received, elapsed_ms = elapsed.as_millis() as u64, "request body below the minimum rate or past its deadline: 408 (logged at most once a second)");
+            }
+            let mut response = json(
+                StatusCode::REQUEST_TIMEOUT,
+                r#"{"error":"request body too slow"}"#,
+            );
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
         Err(BodyError::Broken(e)) => {
             tracing::debug!(route = %entry.name, error = %e, "request body not received whole");
             return json(
@@ -148,20 +163,35 @@ async fn handle_route(
 
 enum BodyError {
     TooLarge,
+    TooSlow {
+        received: u64,
+        elapsed: std::time::Duration,
+    },
     Broken(hyper::Error),
 }
 
-/// Collects the body up to `limit` bytes. Past the limit nothing more is kept; a bounded
-/// amount is still read and discarded so a client that is still sending gets the 413
-/// instead of a connection reset.
-async fn read_body(mut body: Incoming, limit: u64) -> Result<Bytes, BodyError> {
+/// Collects the body up to `limit` bytes, as long as it keeps to the minimum rate and
+/// deadline. Past the limit nothing more is kept; a bounded amount is still read and
+/// discarded so a client that is still sending gets the 413 instead of a reset.
+async fn read_body(mut body: Incoming, limit: u64, rate: BodyRate) -> Result<Bytes, BodyError> {
+    let started = tokio::time::Instant::now();
     let mut collected = BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(BodyError::Broken)?;
-        let Ok(data) = frame.into_data() else {
-            continue;
+    loop {
+        let received = collected.len() as u64;
+        let too_slow = || BodyError::TooSlow {
+            received,
+            elapsed: started.elapsed(),
         };
-        if collected.len() as u64 + data.len() as u64 > limit {
+        let next =
+            match tokio::time::timeout_at(started + rate.next_deadline(received), body.frame())
+                .await
+            {
+                Ok(Some(frame)) => frame.map_err(BodyError::Broken)?,
+                Ok(None) => break,
+                Err(_) => return Err(too_slow()),
+            };
+        let Ok(data) = next.into_data() else { continue };
+        if received + data.len() as u64 > limit {
             let mut discarded = 0u64;
             let drain = async {
                 while let Some(Ok(frame)) = body.frame().await {
@@ -175,6 +205,12 @@ async fn read_body(mut body: Incoming, limit: u64) -> Result<Bytes, BodyError> {
             return Err(BodyError::TooLarge);
         }
         collected.extend_from_slice(&data);
+        if rate.too_slow(started.elapsed(), collected.len() as u64) {
+            return Err(BodyError::TooSlow {
+                received: collected.len() as u64,
+                elapsed: started.elapsed(),
+            });
+        }
     }
     Ok(collected.freeze())
 }
