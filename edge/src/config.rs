@@ -96,6 +96,19 @@ pub struct TlsSettings {
     pub sni: Vec<SniCert>,
     pub min_version: TlsVersion,
     pub handshake_timeout: Duration,
+    pub session_tickets: SessionTickets,
+}
+
+/// How sessions resume.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SessionTickets {
+    /// Sessions kept in this process (resumption only here; the mode 0-RTT needs).
+    Stateful,
+    /// Tickets encrypted with keys every PoP holds: resumption at any PoP, never 0-RTT.
+    Shared {
+        key_file: PathBuf,
+        lifetime: Duration,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -341,6 +354,23 @@ struct RawTls {
     sni: Vec<RawSni>,
     #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
     handshake_timeout: Duration,
+    session_tickets: Option<RawTickets>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTickets {
+    mode: TicketMode,
+    key_file: Option<PathBuf>,
+    #[serde(default = "default_ticket_lifetime", with = "humantime_serde")]
+    lifetime: Duration,
+}
+
+#[derive(Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum TicketMode {
+    Stateful,
+    Shared,
 }
 
 #[derive(Deserialize)]
@@ -472,6 +502,37 @@ impl RawConfig {
             (Some(_), None, false) => {
                 err("tls.key".into(), "required with tls.cert");
                 None
+            }
+        };
+        let session_tickets = match self.tls.session_tickets {
+            None => SessionTickets::Stateful,
+            Some(RawTickets {
+                mode: TicketMode::Stateful,
+                ..
+            }) => SessionTickets::Stateful,
+            Some(RawTickets {
+                mode: TicketMode::Shared,
+                key_file: Some(key_file),
+                lifetime,
+            }) => {
+                if lifetime.is_zero() || lifetime > Duration::from_secs(7 * 24 * 3600) {
+                    err(
+                        "tls.session_tickets.lifetime".into(),
+                        "must be between 1s and 7 days (RFC 8446)",
+                    );
+                }
+                SessionTickets::Shared { key_file, lifetime }
+            }
+            Some(RawTickets {
+                mode: TicketMode::Shared,
+                key_file: None,
+                ..
+            }) => {
+                err(
+                    "tls.session_tickets.key_file".into(),
+                    "required in shared mode (the same file on every PoP)",
+                );
+                SessionTickets::Stateful
             }
         };
         if self.tls.handshake_timeout.is_zero() {
@@ -745,6 +806,7 @@ impl RawConfig {
                     .collect(),
                 min_version: self.tls.min_version,
                 handshake_timeout: self.tls.handshake_timeout,
+                session_tickets,
             },
             spool: SpoolSettings {
                 dir: self.spool.dir,
@@ -804,6 +866,9 @@ fn default_tfo_queue() -> u32 {
 }
 fn default_min_version() -> TlsVersion {
     TlsVersion::Tls12
+}
+fn default_ticket_lifetime() -> Duration {
+    Duration::from_secs(12 * 3600)
 }
 fn default_handshake_timeout() -> Duration {
     Duration::from_secs(10)

@@ -43,7 +43,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     );
     let spool = Arc::new(spool);
 
-    let tls_config = tls::server_config(&settings.tls)?;
+    let (tls_config, shared_tickets) = tls::server_config(&settings.tls)?;
+    if let Some(tickets) = shared_tickets {
+        tokio::spawn(reload_ticket_keys(tickets).in_current_span());
+    }
     let listeners = settings
         .listen
         .iter()
@@ -133,4 +136,34 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     spool.close().await;
     tracing::info!("edge stopped");
     Ok(())
+}
+
+/// Shared ticket keys follow their file: re-read on SIGHUP, or when the file changes
+/// (checked every few seconds), without dropping a connection.
+async fn reload_ticket_keys(tickets: Arc<tls::tickets::SharedTickets>) {
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        tracing::error!(
+            "cannot listen for SIGHUP; ticket keys reload only when their file changes"
+        );
+        return;
+    };
+    let mut poll = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        let forced = tokio::select! {
+            _ = hangup.recv() => true,
+            _ = poll.tick() => false,
+        };
+        let result = if forced {
+            tickets.reload().map(Some)
+        } else {
+            tickets.reload_if_changed()
+        };
+        match result {
+            Ok(Some(keys)) => tracing::info!(keys, "session ticket keys reloaded"),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "session ticket keys not reloaded; keeping the keys in use")
+            }
+        }
+    }
 }

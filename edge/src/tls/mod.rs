@@ -1,6 +1,8 @@
 //! TLS server configuration: rustls with TLS 1.3 and 1.2 (by `min_version`), ALPN h2 and
-//! http/1.1, a PEM identity or a generated self-signed one, and optional per-SNI
-//! certificates.
+//! http/1.1, a PEM identity or a generated self-signed one, optional per-SNI
+//! certificates, and stateful or fleet-shared session tickets (`tickets`).
+
+pub mod tickets;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,9 +13,13 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
 
-use crate::config::{Identity, TlsSettings, TlsVersion};
+use crate::config::{Identity, SessionTickets, TlsSettings, TlsVersion};
+use tickets::SharedTickets;
 
-pub fn server_config(settings: &TlsSettings) -> anyhow::Result<Arc<ServerConfig>> {
+/// The rustls config, and the shared ticket keys when they are in use (to reload them).
+pub fn server_config(
+    settings: &TlsSettings,
+) -> anyhow::Result<(Arc<ServerConfig>, Option<Arc<SharedTickets>>)> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let default = match &settings.identity {
         Identity::Files { cert, key } => {
@@ -37,7 +43,16 @@ pub fn server_config(settings: &TlsSettings) -> anyhow::Result<Arc<ServerConfig>
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SniResolver { default, by_name }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    let shared = match &settings.session_tickets {
+        SessionTickets::Stateful => None,
+        SessionTickets::Shared { key_file, lifetime } => {
+            let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
+            let tickets = Arc::new(SharedTickets::load(key_file, lifetime)?);
+            config.ticketer = Arc::clone(&tickets) as Arc<dyn rustls::server::ProducesTickets>;
+            Some(tickets)
+        }
+    };
+    Ok((Arc::new(config), shared))
 }
 
 /// Picks the certificate for the client's SNI name, else the default identity.

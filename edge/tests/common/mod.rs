@@ -109,11 +109,15 @@ impl Edge {
 
     /// Restarts this edge with `section` (top-level YAML, e.g. a backhaul block) appended to
     /// its config.
-    pub fn with_section(mut self, section: &str) -> Edge {
+    pub fn with_section(self, section: &str) -> Edge {
+        self.reconfigure(|text| format!("{text}{section}"))
+    }
+
+    /// Restarts this edge with its config text passed through `edit`.
+    pub fn reconfigure(mut self, edit: impl FnOnce(String) -> String) -> Edge {
         self.kill9();
-        let mut text = std::fs::read_to_string(&self.config).unwrap();
-        text.push_str(section);
-        std::fs::write(&self.config, text).unwrap();
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, edit(text)).unwrap();
         self.spawn();
         self
     }
