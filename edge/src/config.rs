@@ -154,6 +154,8 @@ pub struct HttpSettings {
     pub h2_max_concurrent_streams: u32,
     /// Slow-body rule: minimum average rate after a grace period, and a body deadline.
     pub body_rate: crate::http::body_rate::BodyRate,
+    /// Write stall, keep-alive idle and connection lifetime limits.
+    pub deadlines: crate::deadline_io::Deadlines,
 }
 
 /// One webhook endpoint.
@@ -412,6 +414,12 @@ struct RawHttp {
     body_rate_grace: Duration,
     #[serde(default = "default_body_timeout", with = "humantime_serde")]
     body_timeout: Duration,
+    #[serde(default = "default_write_stall", with = "humantime_serde")]
+    write_stall_timeout: Duration,
+    #[serde(default = "default_idle", with = "humantime_serde")]
+    idle_timeout: Duration,
+    #[serde(default = "default_lifetime", with = "humantime_serde")]
+    max_connection_lifetime: Duration,
 }
 
 impl Default for RawHttp {
@@ -424,6 +432,9 @@ impl Default for RawHttp {
             min_body_rate: default_min_body_rate(),
             body_rate_grace: default_body_rate_grace(),
             body_timeout: default_body_timeout(),
+            write_stall_timeout: default_write_stall(),
+            idle_timeout: default_idle(),
+            max_connection_lifetime: default_lifetime(),
         }
     }
 }
@@ -557,6 +568,18 @@ impl RawConfig {
         }
         if self.http.max_header_bytes.as_u64() < 1024 {
             err("http.max_header_bytes".into(), "must be at least 1KiB");
+        }
+        for (field, value) in [
+            ("http.write_stall_timeout", self.http.write_stall_timeout),
+            ("http.idle_timeout", self.http.idle_timeout),
+            (
+                "http.max_connection_lifetime",
+                self.http.max_connection_lifetime,
+            ),
+        ] {
+            if value.is_zero() {
+                err(field.into(), "must be greater than zero");
+            }
         }
         if self.http.body_timeout.is_zero() {
             err("http.body_timeout".into(), "must be greater than zero");
@@ -825,6 +848,11 @@ impl RawConfig {
                     grace: self.http.body_rate_grace,
                     deadline: self.http.body_timeout,
                 },
+                deadlines: crate::deadline_io::Deadlines {
+                    write_stall: self.http.write_stall_timeout,
+                    idle: self.http.idle_timeout,
+                    lifetime: self.http.max_connection_lifetime,
+                },
             },
             connections: crate::conn_limits::Caps {
                 max_total: self.connections.max,
@@ -896,6 +924,15 @@ fn default_header_timeout() -> Duration {
 }
 fn default_h2_streams() -> u32 {
     128
+}
+fn default_write_stall() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_idle() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_lifetime() -> Duration {
+    Duration::from_secs(3600)
 }
 fn default_min_body_rate() -> bytesize::ByteSize {
     bytesize::ByteSize::kib(1)

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod backhaul;
 pub mod config;
 pub mod conn_limits;
+pub mod deadline_io;
 pub mod event;
 pub mod http;
 pub mod log_throttle;

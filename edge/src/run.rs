@@ -73,6 +73,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tls: tokio_rustls::TlsAcceptor::from(tls_config),
         http: Arc::new(connection_builder(&settings.http)),
         handshake_timeout: settings.tls.handshake_timeout,
+        deadlines: settings.http.deadlines,
         connections: std::sync::Mutex::new(crate::conn_limits::ConnTable::new(
             settings.connections.clone(),
         )),

@@ -24,6 +24,7 @@ pub struct Server {
     pub tls: TlsAcceptor,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub handshake_timeout: Duration,
+    pub deadlines: crate::deadline_io::Deadlines,
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
     pub refusal_log: crate::log_throttle::LogThrottle,
@@ -136,6 +137,16 @@ impl Server {
                 .lock()
                 .expect("connection table")
                 .release(source);
+        });
+        let stream = crate::deadline_io::DeadlineIo::new(stream, self.deadlines);
+        let expired = stream.report();
+        let _limits = scopeguard(|| {
+            if let Some(expired) = expired.get() {
+                metrics.reject(expired.reason());
+                if self.refusal_log.allow() {
+                    tracing::info!(%peer, reason = expired.reason(), "connection ended by a time limit (logged at most once a second)");
+                }
+            }
         });
         let tls = match tokio::time::timeout(self.handshake_timeout, self.tls.accept(stream)).await
         {

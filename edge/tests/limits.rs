@@ -134,3 +134,22 @@ fn a_body_below_the_minimum_rate_gets_408() {
     );
     assert!(edge.log_text().contains("below the minimum rate"));
 }
+
+#[test]
+fn idle_connections_are_closed() {
+    let edge = Edge::start("", "").with_section("http: { idle_timeout: 1s }\n");
+    let mut stream = connect_from("127.0.0.1", &edge);
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let closed = match stream.read(&mut buf) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    };
+    assert!(closed, "the edge closed the silent connection");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(4), "closed after {waited:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(edge.metrics().contains(r#"edge_rejected_total{pop="test",reason="idle"} 1"#), "{}", edge.metrics());
+}
