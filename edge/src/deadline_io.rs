@@ -43,6 +43,7 @@ pub struct DeadlineIo<S> {
     ends_at: Instant,
     lifetime: Pin<Box<Sleep>>,
     idle: Pin<Box<Sleep>>,
+    last_activity: Instant,
     stall: Option<Pin<Box<Sleep>>>,
     expired: Option<Expired>,
     report: Arc<OnceLock<Expired>>,
@@ -57,6 +58,7 @@ impl<S> DeadlineIo<S> {
             ends_at,
             lifetime: Box::pin(sleep_until(ends_at)),
             idle: Box::pin(sleep(limits.idle)),
+            last_activity: Instant::now(),
             stall: None,
             expired: None,
             report: Arc::new(OnceLock::new()),
@@ -83,8 +85,24 @@ impl<S> DeadlineIo<S> {
         let _ = self.report.set(why);
     }
 
+    /// Notes progress. The idle timer is not re-armed here (that would touch the timer
+    /// wheel on every read and write); it is pushed back when it fires early.
     fn touch(&mut self) {
-        self.idle.as_mut().reset(Instant::now() + self.limits.idle);
+        self.last_activity = Instant::now();
+    }
+
+    /// Whether the connection has really been idle for the limit (the timer having fired).
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            if self.idle.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            let due = self.last_activity + self.limits.idle;
+            if Instant::now() >= due {
+                return true;
+            }
+            self.idle.as_mut().reset(due);
+        }
     }
 }
 
@@ -111,7 +129,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for DeadlineIo<S> {
                 Poll::Ready(result)
             }
             Poll::Pending => {
-                if this.idle.as_mut().poll(cx).is_ready() {
+                if this.idle_expired(cx) {
                     this.expire(Expired::Idle);
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,

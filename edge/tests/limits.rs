@@ -139,7 +139,9 @@ fn a_body_below_the_minimum_rate_gets_408() {
 fn idle_connections_are_closed() {
     let edge = Edge::start("", "").with_section("http: { idle_timeout: 1s }\n");
     let mut stream = connect_from("127.0.0.1", &edge);
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     let started = std::time::Instant::now();
     let mut buf = [0u8; 16];
     let closed = match stream.read(&mut buf) {
@@ -149,7 +151,15 @@ fn idle_connections_are_closed() {
     };
     assert!(closed, "the edge closed the silent connection");
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(4), "closed after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        "closed after {waited:?}"
+    );
     std::thread::sleep(Duration::from_millis(100));
-    assert!(edge.metrics().contains(r#"edge_rejected_total{pop="test",reason="idle"} 1"#), "{}", edge.metrics());
+    assert!(
+        edge.metrics()
+            .contains(r#"edge_rejected_total{pop="test",reason="idle"} 1"#),
+        "{}",
+        edge.metrics()
+    );
 }
