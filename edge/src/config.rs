@@ -97,6 +97,10 @@ pub struct TlsSettings {
     pub min_version: TlsVersion,
     pub handshake_timeout: Duration,
     pub session_tickets: SessionTickets,
+    /// TLS 1.3 0-RTT: at most this many early bytes per connection; `None` = off.
+    pub early_data: Option<u32>,
+    /// Sessions kept for stateful resumption (each ticket is single-use).
+    pub session_cache: usize,
 }
 
 /// How sessions resume.
@@ -152,6 +156,11 @@ pub struct HttpSettings {
     pub max_headers: usize,
     pub header_timeout: Duration,
     pub h2_max_concurrent_streams: u32,
+    /// HTTP/2 PING every `interval` on a quiet connection; no answer within `timeout` closes it.
+    pub h2_keepalive_interval: Duration,
+    pub h2_keepalive_timeout: Duration,
+    /// Whole request, from dispatch to answer (body, verification, spool); past it, 503.
+    pub request_timeout: Duration,
     /// Slow-body rule: minimum average rate after a grace period, and a body deadline.
     pub body_rate: crate::http::body_rate::BodyRate,
     /// Write stall, keep-alive idle and connection lifetime limits.
@@ -170,6 +179,18 @@ pub struct Route {
     pub max_body: u64,
     pub ack_status: StatusCode,
     pub dedupe_window: usize,
+    pub early_data: EarlyDataPolicy,
+}
+
+/// What a route does with a request that arrived as replayable 0-RTT early data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EarlyDataPolicy {
+    /// 425 Too Early: the sender retries after the handshake.
+    #[default]
+    Reject,
+    /// Stored (marked early); the event id de-duplicates a replay.
+    Accept,
 }
 
 /// Every problem found in a config file.
@@ -357,6 +378,28 @@ struct RawTls {
     #[serde(default = "default_handshake_timeout", with = "humantime_serde")]
     handshake_timeout: Duration,
     session_tickets: Option<RawTickets>,
+    #[serde(default)]
+    early_data: RawEarlyData,
+    #[serde(default = "default_session_cache")]
+    session_cache: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEarlyData {
+    #[serde(default)]
+    enabled: bool,
+    #[serde(default = "default_early_data_bytes")]
+    max_bytes: bytesize::ByteSize,
+}
+
+impl Default for RawEarlyData {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_bytes: default_early_data_bytes(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -408,6 +451,12 @@ struct RawHttp {
     header_timeout: Duration,
     #[serde(default = "default_h2_streams")]
     h2_max_concurrent_streams: u32,
+    #[serde(default = "default_h2_keepalive_interval", with = "humantime_serde")]
+    h2_keepalive_interval: Duration,
+    #[serde(default = "default_h2_keepalive_timeout", with = "humantime_serde")]
+    h2_keepalive_timeout: Duration,
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    request_timeout: Duration,
     #[serde(default = "default_min_body_rate")]
     min_body_rate: bytesize::ByteSize,
     #[serde(default = "default_body_rate_grace", with = "humantime_serde")]
@@ -429,6 +478,9 @@ impl Default for RawHttp {
             max_headers: default_max_headers(),
             header_timeout: default_header_timeout(),
             h2_max_concurrent_streams: default_h2_streams(),
+            h2_keepalive_interval: default_h2_keepalive_interval(),
+            h2_keepalive_timeout: default_h2_keepalive_timeout(),
+            request_timeout: default_request_timeout(),
             min_body_rate: default_min_body_rate(),
             body_rate_grace: default_body_rate_grace(),
             body_timeout: default_body_timeout(),
@@ -454,6 +506,8 @@ struct RawRoute {
     hmac: Option<RawHmac>,
     #[serde(default = "default_dedupe_window")]
     dedupe_window: usize,
+    #[serde(default)]
+    early_data: EarlyDataPolicy,
 }
 
 #[derive(Deserialize)]
@@ -546,6 +600,28 @@ impl RawConfig {
                 SessionTickets::Stateful
             }
         };
+        let early_data = self.tls.early_data.enabled.then(|| {
+            if matches!(session_tickets, SessionTickets::Shared { .. }) {
+                err(
+                    "tls.early_data.enabled".into(),
+                    "cannot be combined with tls.session_tickets.mode: shared. 0-RTT is only \
+                     safe with single-use tickets kept in this process (stateful); shared \
+                     tickets resume at any PoP but could be replayed there. Choose \
+                     resumption anywhere (shared, no 0-RTT) or 0-RTT on the same PoP (stateful)",
+                );
+            }
+            let bytes = self.tls.early_data.max_bytes.as_u64();
+            if !(1..=MAX_EARLY_DATA).contains(&bytes) {
+                err(
+                    "tls.early_data.max_bytes".into(),
+                    "must be between 1B and 1MiB",
+                );
+            }
+            bytes.clamp(1, MAX_EARLY_DATA) as u32
+        });
+        if self.tls.session_cache == 0 {
+            err("tls.session_cache".into(), "must be positive");
+        }
         if self.tls.handshake_timeout.is_zero() {
             err("tls.handshake_timeout".into(), "must be greater than zero");
         }
@@ -576,6 +652,11 @@ impl RawConfig {
                 "http.max_connection_lifetime",
                 self.http.max_connection_lifetime,
             ),
+            (
+                "http.h2_keepalive_interval",
+                self.http.h2_keepalive_interval,
+            ),
+            ("http.h2_keepalive_timeout", self.http.h2_keepalive_timeout),
         ] {
             if value.is_zero() {
                 err(field.into(), "must be greater than zero");
@@ -583,6 +664,12 @@ impl RawConfig {
         }
         if self.http.body_timeout.is_zero() {
             err("http.body_timeout".into(), "must be greater than zero");
+        }
+        if self.http.request_timeout <= self.http.body_timeout {
+            err(
+                "http.request_timeout".into(),
+                "must be longer than http.body_timeout (a slow body is answered 408 first)",
+            );
         }
         if self.http.max_headers == 0 {
             err("http.max_headers".into(), "must be positive");
@@ -725,6 +812,7 @@ impl RawConfig {
                 max_body,
                 ack_status,
                 dedupe_window: raw.dedupe_window,
+                early_data: raw.early_data,
             });
         }
 
@@ -830,6 +918,8 @@ impl RawConfig {
                 min_version: self.tls.min_version,
                 handshake_timeout: self.tls.handshake_timeout,
                 session_tickets,
+                early_data,
+                session_cache: self.tls.session_cache,
             },
             spool: SpoolSettings {
                 dir: self.spool.dir,
@@ -843,6 +933,9 @@ impl RawConfig {
                 max_headers: self.http.max_headers,
                 header_timeout: self.http.header_timeout,
                 h2_max_concurrent_streams: self.http.h2_max_concurrent_streams,
+                h2_keepalive_interval: self.http.h2_keepalive_interval,
+                h2_keepalive_timeout: self.http.h2_keepalive_timeout,
+                request_timeout: self.http.request_timeout,
                 body_rate: crate::http::body_rate::BodyRate {
                     min_bytes_per_second: self.http.min_body_rate.as_u64(),
                     grace: self.http.body_rate_grace,
@@ -870,6 +963,8 @@ impl RawConfig {
 
 /// Room a spool record needs beyond its body (ids, headers, framing).
 const MAX_RECORD_OVERHEAD: u64 = 64 * 1024;
+/// Early data beyond a webhook or two only widens what a replay could carry.
+const MAX_EARLY_DATA: u64 = 1 << 20;
 
 fn default_max_connections() -> usize {
     20_000
@@ -925,6 +1020,15 @@ fn default_header_timeout() -> Duration {
 fn default_h2_streams() -> u32 {
     128
 }
+fn default_h2_keepalive_interval() -> Duration {
+    Duration::from_secs(20)
+}
+fn default_h2_keepalive_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(45)
+}
 fn default_write_stall() -> Duration {
     Duration::from_secs(10)
 }
@@ -949,6 +1053,15 @@ fn default_max_body() -> bytesize::ByteSize {
 fn default_tolerance() -> Duration {
     Duration::from_secs(300)
 }
+fn default_early_data_bytes() -> bytesize::ByteSize {
+    bytesize::ByteSize::kib(16)
+}
+
+fn default_session_cache() -> usize {
+    // ~200 bytes each: 50k resumable senders in ~10 MB.
+    50_000
+}
+
 fn default_dedupe_window() -> usize {
     65_536
 }
@@ -1100,6 +1213,41 @@ routes:
             "  self_signed: true\n  cert: /a.pem\n",
         ));
         assert_eq!(errors[0].0, "tls.self_signed");
+    }
+
+    #[test]
+    fn early_data_is_off_by_default_and_never_with_shared_tickets() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.tls.early_data, None);
+        assert_eq!(s.routes[0].early_data, EarlyDataPolicy::Reject);
+
+        let on = GOOD
+            .replace(
+                "  min_version: \"1.3\"\n",
+                "  min_version: \"1.3\"\n  early_data: { enabled: true, max_bytes: 32KiB }\n",
+            )
+            .replace(
+                "    max_body: 1MiB\n",
+                "    max_body: 1MiB\n    early_data: accept\n",
+            );
+        let s = parse(&on).unwrap();
+        assert_eq!(s.tls.early_data, Some(32 * 1024));
+        assert_eq!(s.routes[0].early_data, EarlyDataPolicy::Accept);
+        assert_eq!(s.routes[1].early_data, EarlyDataPolicy::Reject);
+
+        let shared = on.replacen(
+            "  early_data:",
+            "  session_tickets: { mode: shared, key_file: /k }\n  early_data:",
+            1,
+        );
+        let errors = errors_of(&shared);
+        assert_eq!(errors[0].0, "tls.early_data.enabled");
+        assert!(errors[0].1.contains("single-use"), "{errors:?}");
+
+        let errors = errors_of(&on.replace("max_bytes: 32KiB", "max_bytes: 0B"));
+        assert_eq!(errors[0].0, "tls.early_data.max_bytes");
+        let errors = errors_of(&on.replace("early_data: accept", "early_data: maybe"));
+        assert_eq!(errors[0].0, "routes[0].early_data");
     }
 
     #[test]

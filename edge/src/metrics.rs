@@ -57,6 +57,8 @@ pub struct Metrics {
     pub accept_errors: Family<Reason, Counter>,
     pub connections_refused: Family<Reason, Counter>,
     pub tfo_accepted: Counter,
+    pub early_data_connections: Counter,
+    pub early_requests: Family<Reason, Counter>,
     pub backhaul_dials: Counter,
     pub backhaul_ready_connections: Gauge,
     pub backhaul_acks: Counter,
@@ -94,6 +96,8 @@ impl Metrics {
             accept_errors: Family::default(),
             connections_refused: Family::default(),
             tfo_accepted: Counter::default(),
+            early_data_connections: Counter::default(),
+            early_requests: Family::default(),
             backhaul_dials: Counter::default(),
             backhaul_ready_connections: Gauge::default(),
             backhaul_acks: Counter::default(),
@@ -187,6 +191,16 @@ impl Metrics {
             "tfo_accepted",
             "Accepted connections whose SYN carried data (TCP Fast Open)",
             m.tfo_accepted.clone(),
+        );
+        registry.register(
+            "tls_early_data_connections",
+            "TLS connections whose 0-RTT early data was accepted",
+            m.early_data_connections.clone(),
+        );
+        registry.register(
+            "early_requests",
+            "Requests seen before the handshake completed (or marked Early-Data: 1), by outcome",
+            m.early_requests.clone(),
         );
         registry.register(
             "backhaul_dials",

@@ -70,7 +70,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             Arc::clone(&spool),
             Arc::clone(&metrics),
         )),
-        tls: tokio_rustls::TlsAcceptor::from(tls_config),
+        tls: tls_config,
         http: Arc::new(connection_builder(&settings.http)),
         handshake_timeout: settings.tls.handshake_timeout,
         deadlines: settings.http.deadlines,

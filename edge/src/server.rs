@@ -11,7 +11,6 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
 
 use crate::conn_limits::{ConnTable, Source};
 use crate::http::App;
@@ -21,7 +20,7 @@ use crate::sockets::is_fd_exhaustion;
 
 pub struct Server {
     pub app: Arc<App>,
-    pub tls: TlsAcceptor,
+    pub tls: Arc<rustls::ServerConfig>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub handshake_timeout: Duration,
     pub deadlines: crate::deadline_io::Deadlines,
@@ -148,8 +147,8 @@ impl Server {
                 }
             }
         });
-        let tls = match tokio::time::timeout(self.handshake_timeout, self.tls.accept(stream)).await
-        {
+        let accepting = crate::tls::stream::accept(stream, Arc::clone(&self.tls));
+        let mut tls = match tokio::time::timeout(self.handshake_timeout, accepting).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
                 metrics
@@ -168,7 +167,7 @@ impl Server {
                 return;
             }
         };
-        let (_, session) = tls.get_ref();
+        let session = tls.connection();
         let version = match session.protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_3) => "1.3",
             Some(rustls::ProtocolVersion::TLSv1_2) => "1.2",
@@ -179,10 +178,18 @@ impl Server {
             .tls_handshakes
             .get_or_create(&Handshake { version, resumed })
             .inc();
+        if tls.accepted_early_data() {
+            metrics.early_data_connections.inc();
+        }
 
         let app = Arc::clone(&self.app);
+        let handshake = tls.handshake();
         let service = service_fn(move |request| {
-            webhook::handle(Arc::clone(&app), Arrival::default(), request)
+            // Before the client's Finished, nothing proves the request is not a replay.
+            let arrival = Arrival {
+                early: !handshake.is_done(),
+            };
+            webhook::handle(Arc::clone(&app), arrival, request)
         });
         let connection = self
             .http

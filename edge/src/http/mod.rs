@@ -18,7 +18,9 @@ use crate::spool::Spool;
 pub struct App {
     pub routes: HashMap<String, Arc<RouteEntry>>,
     pub body_rate: body_rate::BodyRate,
+    pub request_timeout: std::time::Duration,
     pub slow_body_log: crate::log_throttle::LogThrottle,
+    pub too_early_log: crate::log_throttle::LogThrottle,
     pub spool: Arc<Spool>,
     pub metrics: Arc<Metrics>,
 }
@@ -45,7 +47,9 @@ impl App {
         Self {
             routes,
             body_rate: settings.http.body_rate,
+            request_timeout: settings.http.request_timeout,
             slow_body_log: Default::default(),
+            too_early_log: Default::default(),
             spool,
             metrics,
         }
@@ -66,6 +70,8 @@ pub fn connection_builder(settings: &HttpSettings) -> auto::Builder<TokioExecuto
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.h2_max_concurrent_streams)
+        .keep_alive_interval(Some(settings.h2_keepalive_interval))
+        .keep_alive_timeout(settings.h2_keepalive_timeout)
         .max_header_list_size(u32::try_from(settings.max_header_bytes).unwrap_or(u32::MAX))
         .max_pending_accept_reset_streams(64)
         .max_local_error_reset_streams(256);

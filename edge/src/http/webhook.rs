@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 
 use super::body_rate::BodyRate;
 use super::{App, RouteEntry};
+use crate::config::EarlyDataPolicy;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
 use crate::verify::{Provider, url_verification_challenge};
@@ -33,7 +34,28 @@ pub async fn handle(
         app.metrics.reject("unknown_path");
         return Ok(json(StatusCode::NOT_FOUND, r#"{"error":"unknown path"}"#));
     };
-    let response = handle_route(&app, &entry, arrival, request).await;
+    let response = match tokio::time::timeout(
+        app.request_timeout,
+        handle_route(&app, &entry, arrival, request),
+    )
+    .await
+    {
+        Ok(response) => response,
+        Err(_) => {
+            // The body had its own deadline, so the time went here (spool, verification):
+            // the sender retries and the event id de-duplicates if it was stored after all.
+            app.metrics.reject("request_timeout");
+            tracing::warn!(route = %entry.name, timeout_ms = app.request_timeout.as_millis() as u64, "request not answered within http.request_timeout: 503");
+            let mut response = json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                r#"{"error":"request deadline passed; retry later"}"#,
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+    };
     app.metrics.request(&entry.name, response.status());
     Ok(response)
 }
@@ -53,6 +75,15 @@ async fn handle_route(
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return response;
+    }
+    // RFC 8470: a proxy in front of us that forwarded early data says so.
+    let early = arrival.early
+        || request
+            .headers()
+            .get(EARLY_DATA_HEADER)
+            .is_some_and(|v| v == "1");
+    if early && let Some(response) = guard_early(app, entry) {
         return response;
     }
     let declared = request
@@ -128,7 +159,7 @@ async fn handle_route(
     };
     let new_event = NewEvent {
         received_ms,
-        early: arrival.early,
+        early,
         route: Arc::clone(&entry.name),
         headers: event::kept_headers(route.provider, &parts.headers),
         event_id,
@@ -159,6 +190,34 @@ async fn handle_route(
             response
         }
     }
+}
+
+/// Applies the route's 0-RTT policy to an early request: `Some` answer ends it (425).
+fn guard_early(app: &App, entry: &RouteEntry) -> Option<Response<ResponseBody>> {
+    let outcome = match entry.route.early_data {
+        EarlyDataPolicy::Accept => "accepted",
+        EarlyDataPolicy::Reject => "too_early",
+    };
+    app.metrics
+        .early_requests
+        .get_or_create(&crate::metrics::Reason { reason: outcome })
+        .inc();
+    if entry.route.early_data == EarlyDataPolicy::Accept {
+        return None;
+    }
+    app.metrics.reject("too_early");
+    if app.too_early_log.allow() {
+        tracing::info!(route = %entry.name, "early (0-RTT) request on a route that rejects it: 425 (logged at most once a second)");
+    }
+    let mut response = json(
+        StatusCode::TOO_EARLY,
+        r#"{"error":"sent as TLS early data; retry after the handshake"}"#,
+    );
+    // Close: the sender retries on a fresh connection without early data.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Some(response)
 }
 
 enum BodyError {
@@ -251,5 +310,7 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// RFC 8470 section 5.1.
+const EARLY_DATA_HEADER: &str = "early-data";
 const OVERSIZE_DRAIN_BYTES: u64 = 1 << 20;
 const OVERSIZE_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(1);

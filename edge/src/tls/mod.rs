@@ -1,7 +1,9 @@
 //! TLS server configuration: rustls with TLS 1.3 and 1.2 (by `min_version`), ALPN h2 and
 //! http/1.1, a PEM identity or a generated self-signed one, optional per-SNI
-//! certificates, and stateful or fleet-shared session tickets (`tickets`).
+//! certificates, stateful or fleet-shared session tickets (`tickets`), guarded 0-RTT,
+//! and the connection stream that lets early data through (`stream`).
 
+pub mod stream;
 pub mod tickets;
 
 use std::collections::HashMap;
@@ -9,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
 
@@ -43,6 +45,15 @@ pub fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SniResolver { default, by_name }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Stateful sessions are taken out of the cache on use: every ticket resumes (and
+    // carries early data) once, which is rustls' anti-replay for 0-RTT.
+    config.session_storage = ServerSessionMemoryCache::new(settings.session_cache);
+    if let Some(max_bytes) = settings.early_data {
+        config.max_early_data_size = max_bytes;
+        // The answer to an early request leaves before the client's Finished: the point
+        // of 0-RTT for a sender waiting on its ack.
+        config.send_half_rtt_data = true;
+    }
     let shared = match &settings.session_tickets {
         SessionTickets::Stateful => None,
         SessionTickets::Shared { key_file, lifetime } => {
