@@ -185,7 +185,7 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
     }
 
     // Warm: after an idle period the next event goes over the same connection.
-    let dials = metric(&edge, "edge_backhaul_dials_total");
+    let dials = edge.metric("edge_backhaul_dials_total");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(post_all(&edge, vec!["warm-1".into()]).await.len(), 1);
     assert_eq!(
@@ -193,7 +193,7 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
         1001
     );
     assert_eq!(
-        metric(&edge, "edge_backhaul_dials_total"),
+        edge.metric("edge_backhaul_dials_total"),
         dials,
         "no new dial for an event after idling"
     );
@@ -213,11 +213,11 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        metric(&edge, "edge_backhaul_lag_records") >= 200,
+        edge.metric("edge_backhaul_lag_records") >= 200.0,
         "lag shows the backlog"
     );
     assert!(
-        metric(&edge, "edge_backhaul_lag_bytes") >= 200 * 100,
+        edge.metric("edge_backhaul_lag_bytes") >= 200.0 * 100.0,
         "lag bytes show the backlog"
     );
     nats.spawn();
@@ -265,13 +265,4 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
         .map(|(_, h)| h.get("Edge-Pop").unwrap().to_string())
         .collect();
     assert_eq!(pops.len(), 1, "both edges use pop label test here");
-}
-
-fn metric(edge: &Edge, name: &str) -> u64 {
-    edge.metrics()
-        .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }

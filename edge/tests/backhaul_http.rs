@@ -115,15 +115,6 @@ impl Origin {
     }
 }
 
-fn metric(edge: &Edge, name: &str) -> f64 {
-    edge.metrics()
-        .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
 async fn post(edge: &Edge, id: &str) {
     let response = github_post(
         &client(edge, false),
@@ -196,10 +187,10 @@ async fn http_origin_retries_dead_letters_breaks_and_stays_warm() {
         .unwrap()
         .collect();
     assert_eq!(dead.len(), 1);
-    assert_eq!(metric(&edge, "edge_backhaul_dead_letters_total"), 1.0);
-    assert_eq!(metric(&edge, "edge_backhaul_lag_records"), 0.0);
+    assert_eq!(edge.metric("edge_backhaul_dead_letters_total"), 1.0);
+    assert_eq!(edge.metric("edge_backhaul_lag_records"), 0.0);
     assert_eq!(
-        metric(&edge, "edge_backhaul_lag_bytes"),
+        edge.metric("edge_backhaul_lag_bytes"),
         0.0,
         "caught up: no bytes owed"
     );
@@ -210,7 +201,7 @@ async fn http_origin_retries_dead_letters_breaks_and_stays_warm() {
         post(&edge, &format!("down-{i}")).await;
     }
     let started = Instant::now();
-    while metric(&edge, "edge_backhaul_breaker_state") != 1.0 {
+    while edge.metric("edge_backhaul_breaker_state") != 1.0 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "breaker never opened"
@@ -245,15 +236,15 @@ async fn http_origin_retries_dead_letters_breaks_and_stays_warm() {
             Duration::from_secs(15),
         )
         .await;
-    assert_eq!(metric(&edge, "edge_backhaul_breaker_state"), 0.0);
+    assert_eq!(edge.metric("edge_backhaul_breaker_state"), 0.0);
 
     // Warm: an idle PoP does not pay a handshake on the next event.
-    let dials = metric(&edge, "edge_backhaul_dials_total");
-    assert_eq!(metric(&edge, "edge_backhaul_ready_connections"), 2.0);
+    let dials = edge.metric("edge_backhaul_dials_total");
+    assert_eq!(edge.metric("edge_backhaul_ready_connections"), 2.0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     post(&edge, "ok-after-idle").await;
     origin
         .wait_delivered(&["ok-after-idle"], Duration::from_secs(5))
         .await;
-    assert_eq!(metric(&edge, "edge_backhaul_dials_total"), dials);
+    assert_eq!(edge.metric("edge_backhaul_dials_total"), dials);
 }

@@ -21,6 +21,8 @@ pub struct Edge {
     pub admin_port: u16,
     pub config: PathBuf,
     pub log: PathBuf,
+    /// RLIMIT_NOFILE (soft and hard) for the process, when set.
+    pub fd_limit: Option<u64>,
 }
 
 /// A free loopback port (the listener is closed before the edge binds it).
@@ -102,6 +104,7 @@ impl Edge {
             admin_port,
             config: config_path,
             log: PathBuf::new(),
+            fd_limit: None,
         };
         edge.spawn();
         edge
@@ -122,6 +125,13 @@ impl Edge {
         self
     }
 
+    /// Restarts this edge with its open-files limit (soft and hard) set to `limit`.
+    pub fn set_fd_limit(&mut self, limit: u64) {
+        self.kill9();
+        self.fd_limit = Some(limit);
+        self.spawn();
+    }
+
     /// Starts the binary (again) on the same config and spool, and waits for /readyz.
     pub fn spawn(&mut self) {
         let runs = std::fs::read_dir(self.dir.path()).unwrap().filter(|e| {
@@ -133,13 +143,27 @@ impl Edge {
         });
         self.log = self.dir.path().join(format!("edge-{}.log", runs.count()));
         let log = std::fs::File::create(&self.log).unwrap();
-        let child = Command::new(edge_bin())
+        let mut command = Command::new(edge_bin());
+        command
             .args(["run", "--config"])
             .arg(&self.config)
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+            .stderr(log);
+        if let Some(limit) = self.fd_limit {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only an async-signal-safe setrlimit between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        limit,
+                        limit,
+                    )
+                    .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let child = command.spawn().unwrap();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -181,6 +205,16 @@ impl Edge {
             .unwrap_or_default()
     }
 
+    /// The sum of every sample whose line starts with `prefix` (a name, optionally with
+    /// the start of its labels); 0 when there is none.
+    pub fn metric(&self, prefix: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum()
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
@@ -190,6 +224,12 @@ impl Edge {
 
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
+    }
+}
+
+impl std::fmt::Debug for Edge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "edge on :{} (log {})", self.port, self.log.display())
     }
 }
 
