@@ -47,6 +47,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(tickets) = shared_tickets {
         tokio::spawn(reload_ticket_keys(tickets).in_current_span());
     }
+    let open_files = sockets::raise_open_files_limit().context("raising RLIMIT_NOFILE")?;
+    if settings.connections.max_total as u64 + FD_RESERVE > open_files {
+        tracing::warn!(
+            open_files,
+            connections_max = settings.connections.max_total,
+            "connections.max is above what the open-files limit allows: accept will back off on EMFILE first (raise LimitNOFILE)"
+        );
+    }
     let listeners = settings
         .listen
         .iter()
@@ -168,3 +176,6 @@ async fn reload_ticket_keys(tickets: Arc<tls::tickets::SharedTickets>) {
         }
     }
 }
+
+/// Descriptors the edge needs besides client connections (spool, admin, backhaul, logs).
+const FD_RESERVE: u64 = 64;

@@ -196,12 +196,15 @@ impl Server {
             .serve_connection(TokioIo::new(tls), service)
             .into_owned();
         if let Err(e) = watcher.watch(connection).await {
-            let too_large = e
-                .downcast_ref::<hyper::Error>()
-                .is_some_and(|e| e.is_parse_too_large());
-            if too_large {
+            let hyper_error = e.downcast_ref::<hyper::Error>();
+            if hyper_error.is_some_and(|e| e.is_parse_too_large()) {
                 metrics.reject("header_too_large");
                 tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
+            } else if hyper_error.is_some_and(|e| e.is_timeout()) {
+                metrics.reject("header_timeout");
+                if self.refusal_log.allow() {
+                    tracing::info!(%peer, "request head not received within http.header_timeout: closed (logged at most once a second)");
+                }
             } else {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }

@@ -1,5 +1,5 @@
 //! Listening sockets and the socket options the edge relies on; every raw socket trick
-//! (TCP Fast Open, later TCP_INFO) lives here.
+//! (TCP Fast Open, TCP_INFO, the open-files limit) lives here.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -34,6 +34,17 @@ pub fn bind(
         .with_context(|| format!("listen {addr}: listen"))?;
     let listener = tokio::net::TcpListener::from_std(socket.into())?;
     Ok(listener)
+}
+
+/// Raises the soft open-files limit to the hard one (every connection is a descriptor)
+/// and returns it.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    Ok(hard)
 }
 
 /// Connects to `host:port` (every resolved address in turn) with TCP Fast Open on
