@@ -4,6 +4,8 @@
 # GitHub POSTs with distinct delivery ids, wrk -t2 -c64. Rounds alternate which server
 # goes first; medians and the edge/nginx ratios are printed, plus the edge's peak RSS.
 #   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 BATCH_DELAY=1ms lab/bench/edge-vs-nginx.sh
+# With ANCHOR_EDGE=/path/to/edge the anchor is that other edge build on the same config
+# instead of nginx (e.g. to price a change against the commit before it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-5}
@@ -20,7 +22,7 @@ work=$(mktemp -d /var/tmp/edge-bench.XXXXXX)
 edge_pid="" nginx_pid=""
 cleanup() {
     [ -n "$edge_pid" ] && kill "$edge_pid" 2>/dev/null && wait "$edge_pid" 2>/dev/null
-    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null
+    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null && wait "$nginx_pid" 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -69,10 +71,20 @@ sig="sha256=$(openssl dgst -sha256 -hmac bench-secret < "$work/body.json" | awk 
 
 target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
-nginx -c "$work/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr.log" &
+if [ -n "${ANCHOR_EDGE:-}" ]; then
+    anchor=baseline anchor_label="baseline edge build:"
+    sed -e "s/$EDGE_PORT/$NGINX_PORT/; s/$ADMIN_PORT/$((ADMIN_PORT + 1))/; s#$work/spool#$work/spool-baseline#" \
+        "$work/edge.yaml" > "$work/baseline.yaml"
+    "$ANCHOR_EDGE" run --config "$work/baseline.yaml" 2>"$work/baseline.log" &
+    anchor_probe() { curl -sf "127.0.0.1:$((ADMIN_PORT + 1))/readyz" >/dev/null; }
+else
+    anchor=nginx anchor_label="nginx (return 202):"
+    nginx -c "$work/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr.log" &
+    anchor_probe() { curl -sfk -o /dev/null "https://127.0.0.1:$NGINX_PORT/" -X POST; }
+fi
 nginx_pid=$!
 for _ in $(seq 100); do
-    curl -sf "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && curl -sfk -o /dev/null "https://127.0.0.1:$NGINX_PORT/" -X POST && break
+    curl -sf "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && anchor_probe && break
     sleep 0.1
 done
 
@@ -84,7 +96,7 @@ run_wrk() { # name port round
 
 results="$work/results.txt"
 for round in $(seq "$ROUNDS"); do
-    if [ $((round % 2)) -eq 1 ]; then order="nginx edge"; else order="edge nginx"; fi
+    if [ $((round % 2)) -eq 1 ]; then order="$anchor edge"; else order="edge $anchor"; fi
     for name in $order; do
         if [ "$name" = edge ]; then port=$EDGE_PORT; else port=$NGINX_PORT; fi
         line=$(run_wrk "$name" "$port" "$round")
@@ -95,8 +107,8 @@ done
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 field() { grep "^$1 " "$results" | grep -o "$2=[0-9.]*" | cut -d= -f2; }
-edge_rps=$(field edge rps | median); nginx_rps=$(field nginx rps | median)
-edge_p99=$(field edge p99_us | median); nginx_p99=$(field nginx p99_us | median)
+edge_rps=$(field edge rps | median); nginx_rps=$(field "$anchor" rps | median)
+edge_p99=$(field edge p99_us | median); nginx_p99=$(field "$anchor" p99_us | median)
 edge_bad=$(field edge non2xx | awk '{s+=$1} END {print s+0}')
 rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$edge_pid/status")
 stored=$(curl -s "127.0.0.1:$ADMIN_PORT/metrics" | awk '/^edge_spool_appends_total.*reason="stored"/ {print $NF}')
@@ -105,11 +117,11 @@ mean_of() { echo "$metrics" | awk -v m="$1" -v k="$2" '$1 ~ "^"m"_sum" {s=$NF} $
 mean_batch=$(mean_of edge_spool_batch_records 1)
 mean_fsync=$(mean_of edge_spool_fsync_seconds 1000)
 
-awk -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" \
+awk -v label="$anchor_label" -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" \
     -v rss="$rss_kb" -v stored="${stored:-?}" -v batch="${mean_batch:-?}" -v fsync="${mean_fsync:-?}" -v rounds="$ROUNDS" 'BEGIN {
     printf "\nmedians of %d alternating rounds\n", rounds
     printf "edge  (verify + fsync + 202): %8.0f req/s  p99 %6.2f ms  non-2xx %d\n", er, ep / 1000, bad
-    printf "nginx (return 202):           %8.0f req/s  p99 %6.2f ms\n", nr, np / 1000
-    printf "ratio edge/nginx: req/s %.2f  p99 %.2f\n", er / nr, ep / np
+    printf "%-30s%8.0f req/s  p99 %6.2f ms\n", label, nr, np / 1000
+    printf "ratio edge/anchor: req/s %.2f  p99 %.2f\n", er / nr, ep / np
     printf "edge peak RSS %.1f MB; events stored durably %s; mean group-commit batch %s records, mean fdatasync %s ms\n", rss / 1024, stored, batch, fsync
 }'

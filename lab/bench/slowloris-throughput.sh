@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Benchmark: legitimate keep-alive throughput (wrk, TLS 1.3, 1 KiB signed GitHub POSTs)
+# while slowhttptest holds 2,000 slowloris connections open, as a ratio of the
+# throughput without the attack, in the same run. The head deadline is raised to 60 s so
+# the attack is really held during the measurement (the worst moment: before the
+# deadline fires). Rounds alternate which case goes first; medians are printed.
+#   ROUNDS=3 DURATION=8s CONNS=32 lab/bench/slowloris-throughput.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8s}
+CONNS=${CONNS:-32}
+ATTACK=2000
+EDGE_PORT=18453 ADMIN_PORT=19190
+
+lab/setup.sh >/dev/null
+cargo build --release -p edge >/dev/null 2>&1 || cargo build --release -p edge
+
+work=$(mktemp -d /var/tmp/edge-slowloris.XXXXXX)
+edge_pid="" attack_pid=""
+cleanup() {
+    [ -n "$attack_pid" ] && kill "$attack_pid" 2>/dev/null && wait "$attack_pid" 2>/dev/null
+    [ -n "$edge_pid" ] && kill "$edge_pid" 2>/dev/null && wait "$edge_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+    -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+cat > "$work/edge.yaml" <<YAML
+pop: bench
+listen: ["127.0.0.1:$EDGE_PORT"]
+admin_listen: 127.0.0.1:$ADMIN_PORT
+drain_grace: 0s
+tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
+spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB }
+http: { header_timeout: 60s }
+connections: { max: 20000, per_source: 5000 }
+routes:
+  - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
+YAML
+python3 - "$work/body.json" <<'PY'
+import json, sys
+body = {"ref": "refs/heads/main", "repository": {"full_name": "acme/webhooks"}, "padding": ""}
+body["padding"] = "x" * (1024 - len(json.dumps(body)))
+open(sys.argv[1], "w").write(json.dumps(body))
+PY
+sig="sha256=$(openssl dgst -sha256 -hmac bench-secret < "$work/body.json" | awk '{print $NF}')"
+
+target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
+edge_pid=$!
+for _ in $(seq 100); do curl -sf "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && break; sleep 0.1; done
+
+open_connections() { curl -s "127.0.0.1:$ADMIN_PORT/metrics" | awk '/^edge_open_connections/ {print $NF}'; }
+run_wrk() { # label round
+    BODY_FILE="$work/body.json" SIG="$sig" RUN="$1-$2-$RANDOM" \
+        wrk -t2 -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "https://127.0.0.1:$EDGE_PORT/hooks/github" \
+        | grep '^RESULT' | sed "s/^RESULT/$1/"
+}
+start_attack() {
+    slowhttptest -H -c "$ATTACK" -r 1000 -i 5 -l 120 -p 3 \
+        -u "https://127.0.0.1:$EDGE_PORT/hooks/github" >/dev/null 2>&1 &
+    attack_pid=$!
+    for _ in $(seq 300); do
+        [ "$(open_connections)" -ge $((ATTACK * 95 / 100)) ] && return
+        sleep 0.1
+    done
+    echo "slowloris reached only $(open_connections) connections" >&2
+}
+stop_attack() {
+    kill "$attack_pid" 2>/dev/null; wait "$attack_pid" 2>/dev/null || true
+    attack_pid=""
+    for _ in $(seq 100); do [ "$(open_connections)" -le 1 ] && break; sleep 0.1; done
+}
+
+results="$work/results.txt"
+for round in $(seq "$ROUNDS"); do
+    if [ $((round % 2)) -eq 1 ]; then order="quiet attacked"; else order="attacked quiet"; fi
+    for case in $order; do
+        if [ "$case" = attacked ]; then start_attack; held=$(open_connections); fi
+        line=$(run_wrk "$case" "$round")
+        if [ "$case" = attacked ]; then line="$line held=$held"; stop_attack; fi
+        echo "round $round: $line"
+        echo "$line" >> "$results"
+    done
+done
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { grep "^$1 " "$results" | grep -o "$2=[0-9.]*" | cut -d= -f2; }
+quiet=$(field quiet rps | median); attacked=$(field attacked rps | median)
+quiet_p99=$(field quiet p99_us | median); attacked_p99=$(field attacked p99_us | median)
+rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$edge_pid/status")
+awk -v q="$quiet" -v a="$attacked" -v qp="$quiet_p99" -v ap="$attacked_p99" -v rss="$rss_kb" -v rounds="$ROUNDS" 'BEGIN {
+    printf "\nmedians of %d alternating rounds\n", rounds
+    printf "no attack:                 %8.0f req/s  p99 %6.2f ms\n", q, qp / 1000
+    printf "2000 slowloris conns held: %8.0f req/s  p99 %6.2f ms\n", a, ap / 1000
+    printf "ratio attacked/quiet: %.2f; edge peak RSS %.1f MB\n", a / q, rss / 1024
+}'
