@@ -16,6 +16,9 @@ use crate::spool::Spool;
 
 /// Everything a request handler needs, shared by all connections.
 pub struct App {
+    /// Sent back as `Edge-Pop` so a sender (or an operator with curl) sees which PoP the
+    /// anycast address landed on.
+    pub pop: http::HeaderValue,
     pub routes: HashMap<String, Arc<RouteEntry>>,
     pub body_rate: body_rate::BodyRate,
     pub request_timeout: std::time::Duration,
@@ -45,6 +48,8 @@ impl App {
             })
             .collect();
         Self {
+            pop: http::HeaderValue::from_str(&settings.pop)
+                .unwrap_or(http::HeaderValue::from_static("invalid")),
             routes,
             body_rate: settings.http.body_rate,
             request_timeout: settings.http.request_timeout,

@@ -32,9 +32,11 @@ pub async fn handle(
 ) -> Result<Response<ResponseBody>, Infallible> {
     let Some(entry) = app.routes.get(request.uri().path()).cloned() else {
         app.metrics.reject("unknown_path");
-        return Ok(json(StatusCode::NOT_FOUND, r#"{"error":"unknown path"}"#));
+        let mut response = json(StatusCode::NOT_FOUND, r#"{"error":"unknown path"}"#);
+        response.headers_mut().insert(POP_HEADER, app.pop.clone());
+        return Ok(response);
     };
-    let response = match tokio::time::timeout(
+    let mut response = match tokio::time::timeout(
         app.request_timeout,
         handle_route(&app, &entry, arrival, request),
     )
@@ -57,6 +59,7 @@ pub async fn handle(
         }
     };
     app.metrics.request(&entry.name, response.status());
+    response.headers_mut().insert(POP_HEADER, app.pop.clone());
     Ok(response)
 }
 
@@ -310,6 +313,7 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+const POP_HEADER: &str = "edge-pop";
 /// RFC 8470 section 5.1.
 const EARLY_DATA_HEADER: &str = "early-data";
 const OVERSIZE_DRAIN_BYTES: u64 = 1 << 20;
