@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server
-          llvm-22-dev hping3 python3-scapy iptables slowhttptest)
+          llvm-22-dev hping3 python3-scapy iptables slowhttptest nftables)
 
 missing=()
 for pkg in "${packages[@]}"; do

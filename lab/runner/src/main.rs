@@ -1,0 +1,169 @@
+//! `lab up|down|status|exec|start|stop` run the topology as network namespaces;
+//! `lab send` and `lab origin` are the client's load and the origin's count, meant to run
+//! inside the lab's nodes (`lab exec client -- lab send ...`).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use lab::runner::Lab;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "The webhook-edge lab: a containerlab topology run as network namespaces"
+)]
+struct Cli {
+    /// The containerlab topology file.
+    #[arg(long, global = true, default_value_os_t = lab::default_topology())]
+    topology: PathBuf,
+    /// Where node directories, pidfiles and logs live.
+    #[arg(long, global = true, default_value = lab::DEFAULT_STATE_DIR)]
+    state: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the topology, start every service, wait for BGP (removes an old lab first).
+    Up,
+    /// Stop every service and remove every namespace (idempotent).
+    Down,
+    /// Services, BGP sessions and the router's anycast next hops.
+    Status,
+    /// Run a command inside a node.
+    Exec {
+        node: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Start one of a node's services.
+    Start { node: String, service: String },
+    /// Stop one of a node's services (SIGTERM; --kill for SIGKILL).
+    Stop {
+        node: String,
+        service: String,
+        #[arg(long)]
+        kill: bool,
+    },
+    /// Send signed webhooks at a steady rate; one JSON line per outcome on stdout.
+    Send {
+        #[arg(long, default_value = "https://192.0.2.10/hooks/github")]
+        url: String,
+        #[arg(long, default_value_t = 50)]
+        rate: u32,
+        #[arg(long, default_value = "5s", value_parser = humantime)]
+        duration: Duration,
+        #[arg(long, default_value = "lab-github-secret")]
+        secret: String,
+        #[arg(long, default_value = "lab")]
+        id_prefix: String,
+        #[arg(long, default_value = "2s", value_parser = humantime)]
+        timeout: Duration,
+    },
+    /// Print every message in the origin's stream as a JSON line (id, pop).
+    Origin {
+        #[arg(long, default_value = "nats://10.0.3.2:4222")]
+        nats: String,
+        #[arg(long, default_value = "WEBHOOKS")]
+        stream: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("lab: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let lab = || Lab::load(&cli.topology, &cli.state, &lab::bin_dir());
+    match cli.command {
+        Command::Up => {
+            let lab = lab()?;
+            lab.up()?;
+            print!("{}", lab.status()?);
+        }
+        Command::Down => lab()?.down(),
+        Command::Status => {
+            let lab = lab()?;
+            print!("{}", lab.status()?);
+            let hops = lab.next_hops("rtr", "192.0.2.10").unwrap_or_default();
+            println!("\nrtr: 192.0.2.10 via {}", hops.join(", "));
+        }
+        Command::Exec { node, command } => {
+            // Container paths work here as they would in `docker exec`.
+            let command_line = lab()?.paths(&node).rewrite(&command.join(" "));
+            let status = lab::netns::command(&node, &command_line)
+                .status()
+                .map_err(anyhow::Error::from)?;
+            return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
+        }
+        Command::Start { node, service } => {
+            let lab = lab()?;
+            let service = lab.topology.node(&node)?.service(&service)?;
+            lab.start_service(&node, &service)?;
+        }
+        Command::Stop {
+            node,
+            service,
+            kill,
+        } => {
+            let signal = if kill {
+                nix::sys::signal::Signal::SIGKILL
+            } else {
+                nix::sys::signal::Signal::SIGTERM
+            };
+            lab()?.stop_service(&node, &service, signal)?;
+        }
+        Command::Send {
+            url,
+            rate,
+            duration,
+            secret,
+            id_prefix,
+            timeout,
+        } => {
+            let plan = lab::sender::Plan {
+                url,
+                rate,
+                duration,
+                secret,
+                id_prefix,
+                timeout,
+            };
+            let outcomes = runtime()?.block_on(lab::sender::send(plan))?;
+            let mut out = std::io::stdout().lock();
+            for outcome in &outcomes {
+                writeln!(out, "{}", serde_json::to_string(outcome)?)?;
+            }
+        }
+        Command::Origin { nats, stream } => {
+            let arrivals = runtime()?.block_on(lab::origin::arrivals(&nats, &stream))?;
+            let mut out = std::io::stdout().lock();
+            for arrival in &arrivals {
+                writeln!(out, "{}", serde_json::to_string(arrival)?)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+fn humantime(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| e.to_string())
+}

@@ -1,0 +1,59 @@
+//! What reached the origin: every message in the JetStream stream, by event id
+//! (`Nats-Msg-Id`) and the PoP that delivered it (`Edge-Pop`).
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Arrival {
+    pub id: String,
+    pub pop: String,
+}
+
+pub async fn arrivals(server: &str, stream: &str) -> anyhow::Result<Vec<Arrival>> {
+    use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+    let client = async_nats::connect(server).await?;
+    let jetstream = async_nats::jetstream::new(client);
+    let mut stream = jetstream.get_stream(stream).await?;
+    let total = stream.info().await?.state.messages as usize;
+    let consumer = stream
+        .create_consumer(pull::Config {
+            ack_policy: AckPolicy::None,
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await?;
+    let mut arrivals = Vec::with_capacity(total);
+    while arrivals.len() < total {
+        let mut batch = consumer
+            .batch()
+            .max_messages(BATCH.min(total - arrivals.len()))
+            .expires(std::time::Duration::from_secs(2))
+            .messages()
+            .await?;
+        let before = arrivals.len();
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let header = |name: async_nats::HeaderName| {
+                message
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .map(|v| v.as_str().to_owned())
+                    .unwrap_or_default()
+            };
+            arrivals.push(Arrival {
+                id: header(async_nats::header::NATS_MESSAGE_ID),
+                pop: header(async_nats::HeaderName::from_static("Edge-Pop")),
+            });
+        }
+        anyhow::ensure!(
+            arrivals.len() > before,
+            "stream said {total} messages, read {}",
+            arrivals.len()
+        );
+    }
+    Ok(arrivals)
+}
+
+const BATCH: usize = 1000;

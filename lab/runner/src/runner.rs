@@ -1,0 +1,282 @@
+//! The topology brought up as network namespaces: `up` builds nodes, links, addresses
+//! and routes, copies each node's binds into its directory (container paths rewritten),
+//! starts its services with pidfiles and waits for BGP; `down` undoes all of it and is
+//! safe to run at any time, also after a crash.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::netns;
+use crate::topology::{PathMap, Service, Topology};
+
+pub struct Lab {
+    pub topology: Topology,
+    /// The directory of the topology file: bind sources are relative to it.
+    pub source_dir: PathBuf,
+    /// Per-node directories, pidfiles and logs.
+    pub state_dir: PathBuf,
+    /// The workspace's release binaries (/usr/local/bin in the nodes).
+    pub bin_dir: PathBuf,
+}
+
+impl Lab {
+    pub fn load(topology_file: &Path, state_dir: &Path, bin_dir: &Path) -> anyhow::Result<Lab> {
+        let text = std::fs::read_to_string(topology_file)
+            .with_context(|| format!("reading {}", topology_file.display()))?;
+        let topology =
+            Topology::parse(&text).with_context(|| format!("{}", topology_file.display()))?;
+        Ok(Lab {
+            topology,
+            source_dir: topology_file
+                .parent()
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
+            state_dir: state_dir.to_path_buf(),
+            bin_dir: bin_dir.to_path_buf(),
+        })
+    }
+
+    /// Builds everything and starts every service; a previous lab is removed first.
+    pub fn up(&self) -> anyhow::Result<()> {
+        self.down();
+        for (name, node) in self.topology.nodes() {
+            netns::create(name)?;
+            let map = self.paths(name);
+            for bind in node.binds()? {
+                let source = self.source_dir.join(&bind.source);
+                let text = std::fs::read_to_string(&source)
+                    .with_context(|| format!("{name}: bind {}", source.display()))?;
+                let target = PathBuf::from(map.host_path(&bind.target));
+                std::fs::create_dir_all(target.parent().context("bind target")?)?;
+                std::fs::write(&target, map.rewrite(&text))?;
+            }
+            for dir in ["etc", "var/lib", "run"] {
+                std::fs::create_dir_all(Path::new(&map.node_root).join(dir))?;
+            }
+        }
+        for link in &self.topology.topology.links {
+            let [a, b] = self.topology.endpoints(link)?;
+            netns::veth((&a.node, &a.interface), (&b.node, &b.interface))?;
+        }
+        for (name, node) in self.topology.nodes() {
+            let map = self.paths(name);
+            for command in &node.exec {
+                netns::run_ok(name, &map.rewrite(command))?;
+            }
+        }
+        for (name, node) in self.topology.nodes() {
+            for service in node.services()? {
+                self.start_service(name, &service)?;
+            }
+        }
+        self.wait_for_bgp(Duration::from_secs(60))
+    }
+
+    /// Stops every service and removes every namespace and the state directory.
+    pub fn down(&self) {
+        for node in netns::leftovers() {
+            for pid in pidfiles(&self.state_dir.join(&node).join("pids")) {
+                stop_pid(pid.1);
+            }
+        }
+        for node in netns::leftovers() {
+            netns::delete(&node);
+        }
+        let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+
+    /// Starts one of a node's services in its namespace, logging to its log file.
+    pub fn start_service(&self, node: &str, service: &Service) -> anyhow::Result<u32> {
+        let dir = self.state_dir.join(node);
+        std::fs::create_dir_all(dir.join("pids"))?;
+        std::fs::create_dir_all(dir.join("logs"))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("logs").join(format!("{}.log", service.name)))?;
+        let child = netns::command(node, &self.paths(node).rewrite(&service.command))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("{node}: starting {}", service.name))?;
+        let pid = child.id();
+        std::fs::write(self.pidfile(node, &service.name), pid.to_string())?;
+        Ok(pid)
+    }
+
+    /// Stops a service (SIGTERM, then SIGKILL after 10 s) and removes its pidfile.
+    pub fn stop_service(&self, node: &str, service: &str, signal: Signal) -> anyhow::Result<()> {
+        let pidfile = self.pidfile(node, service);
+        let pid = read_pid(&pidfile).with_context(|| format!("{node}: {service} not running"))?;
+        if signal == Signal::SIGKILL {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            wait_gone(pid, Duration::from_secs(5));
+        } else {
+            let _ = kill(Pid::from_raw(pid), signal);
+            if !wait_gone(pid, Duration::from_secs(10)) {
+                stop_pid(pid);
+            }
+        }
+        let _ = std::fs::remove_file(pidfile);
+        Ok(())
+    }
+
+    /// Each node's services and whether they run, BGP sessions and the anycast routes
+    /// as the router sees them.
+    pub fn status(&self) -> anyhow::Result<String> {
+        let mut out = String::new();
+        for (name, node) in self.topology.nodes() {
+            let up = netns::exists(name);
+            out.push_str(&format!("{name:<9} {}", if up { "up  " } else { "down" }));
+            for service in node.services()? {
+                let state = match read_pid(&self.pidfile(name, &service.name)) {
+                    Some(pid) if alive(pid) => format!("{}({pid})", service.name),
+                    _ => format!("{}(stopped)", service.name),
+                };
+                out.push_str(&format!(" {state}"));
+            }
+            out.push('\n');
+        }
+        for (name, node) in self.topology.nodes() {
+            if node.services()?.iter().any(|s| s.name == "bird") && netns::exists(name) {
+                out.push_str(&format!("\n{name}: BGP\n{}", self.bgp_sessions(name)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `birdc show protocols` on a node running BIRD.
+    pub fn bgp_sessions(&self, node: &str) -> anyhow::Result<String> {
+        let socket = self.paths(node).host_path("/run/bird.ctl");
+        netns::run_ok(node, &format!("birdc -s {socket} show protocols"))
+    }
+
+    /// The router's kernel route to `prefix`: its next hops (one per PoP under ECMP).
+    pub fn next_hops(&self, router: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+        let routes = netns::run_ok(router, &format!("ip -4 route show {prefix}"))?;
+        Ok(routes
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "via")
+            .map(|w| w[1].to_owned())
+            .collect())
+    }
+
+    pub fn paths(&self, node: &str) -> PathMap {
+        PathMap {
+            node_root: self.state_dir.join(node).join("root").display().to_string(),
+            bin_dir: self.bin_dir.display().to_string(),
+        }
+    }
+
+    pub fn log(&self, node: &str, service: &str) -> PathBuf {
+        self.state_dir
+            .join(node)
+            .join("logs")
+            .join(format!("{service}.log"))
+    }
+
+    fn pidfile(&self, node: &str, service: &str) -> PathBuf {
+        self.state_dir
+            .join(node)
+            .join("pids")
+            .join(format!("{service}.pid"))
+    }
+
+    fn wait_for_bgp(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let routers: Vec<&String> = self
+            .topology
+            .nodes()
+            .filter(|(_, node)| {
+                node.services()
+                    .is_ok_and(|s| s.iter().any(|s| s.name == "bird"))
+            })
+            .map(|(name, _)| name)
+            .collect();
+        loop {
+            let mut waiting = Vec::new();
+            for router in &routers {
+                let sessions = self.bgp_sessions(router).unwrap_or_default();
+                let bgp: Vec<&str> = sessions.lines().filter(|l| l.contains(" BGP ")).collect();
+                if bgp.is_empty() || bgp.iter().any(|l| !l.contains("Established")) {
+                    waiting.push(format!("{router}:\n{sessions}"));
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "BGP sessions not Established after {timeout:?}:\n{}",
+                    waiting.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn pidfiles(dir: &Path) -> Vec<(PathBuf, i32)> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let path = e.ok()?.path();
+                    let pid = read_pid(&path)?;
+                    Some((path, pid))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); its /proc state says Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z")
+        })
+        .unwrap_or(false)
+}
+
+fn wait_gone(pid: i32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while alive(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// SIGTERM, a few seconds, then SIGKILL.
+fn stop_pid(pid: i32) {
+    if !alive(pid) {
+        return;
+    }
+    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    if !wait_gone(pid, Duration::from_secs(5)) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        wait_gone(pid, Duration::from_secs(2));
+    }
+}

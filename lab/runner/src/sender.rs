@@ -1,0 +1,107 @@
+//! A webhook sender for the lab's client node: signed GitHub deliveries at a steady rate,
+//! each on a new TLS connection (as providers send, and so ECMP spreads them), with
+//! every outcome recorded: when it left, when it ended, the status and the PoP that
+//! answered (`Edge-Pop`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hmac::Mac;
+use serde::{Deserialize, Serialize};
+
+pub struct Plan {
+    pub url: String,
+    pub rate: u32,
+    pub duration: Duration,
+    pub secret: String,
+    pub id_prefix: String,
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Outcome {
+    pub id: String,
+    /// Unix time in ms when the request left and when it ended.
+    pub sent_ms: u64,
+    pub done_ms: u64,
+    /// None: no answer (connect refused, reset, timeout).
+    pub status: Option<u16>,
+    pub pop: Option<String>,
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    pub fn acked(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s))
+    }
+}
+
+pub async fn send(plan: Plan) -> anyhow::Result<Vec<Outcome>> {
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(0)
+        .http1_only()
+        .timeout(plan.timeout)
+        .build()?;
+    let plan = Arc::new(plan);
+    let total = (plan.duration.as_secs_f64() * f64::from(plan.rate)).round() as u64;
+    let interval = Duration::from_secs_f64(1.0 / f64::from(plan.rate.max(1)));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for n in 0..total {
+        tokio::time::sleep_until((started + interval * n as u32).into()).await;
+        let (client, plan) = (client.clone(), Arc::clone(&plan));
+        tasks.push(tokio::spawn(async move {
+            one(&client, &plan, format!("{}-{n}", plan.id_prefix)).await
+        }));
+    }
+    let mut outcomes = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        outcomes.push(task.await?);
+    }
+    Ok(outcomes)
+}
+
+async fn one(client: &reqwest::Client, plan: &Plan, id: String) -> Outcome {
+    let body = format!(r#"{{"zen":"anycast","delivery":"{id}"}}"#);
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(plan.secret.as_bytes()).expect("any key length");
+    mac.update(body.as_bytes());
+    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let sent_ms = now_ms();
+    let result = client
+        .post(&plan.url)
+        .header("X-GitHub-Event", "push")
+        .header("X-GitHub-Delivery", &id)
+        .header("X-Hub-Signature-256", signature)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await;
+    let (status, pop, error) = match result {
+        Ok(response) => (
+            Some(response.status().as_u16()),
+            response
+                .headers()
+                .get("edge-pop")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            None,
+        ),
+        Err(e) => (None, None, Some(format!("{e:#}"))),
+    };
+    Outcome {
+        id,
+        sent_ms,
+        done_ms: now_ms(),
+        status,
+        pop,
+        error,
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

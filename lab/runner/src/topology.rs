@@ -1,0 +1,350 @@
+//! The containerlab topology file, parsed once into what the namespace runner needs:
+//! nodes (their `exec` commands, `binds` and the services in their labels) and links.
+//! Pure: no I/O beyond what the caller reads, so the rules are tested here.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    pub name: String,
+    pub topology: Graph,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Graph {
+    pub nodes: BTreeMap<String, Node>,
+    #[serde(default)]
+    pub links: Vec<Link>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    pub kind: String,
+    pub image: String,
+    #[serde(default)]
+    pub binds: Vec<String>,
+    #[serde(default)]
+    pub exec: Vec<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    pub endpoints: [String; 2],
+}
+
+/// One end of a link: a node's interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    pub node: String,
+    pub interface: String,
+}
+
+/// A bind mount: a file under the topology's directory seen at `target` in the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bind {
+    pub source: String,
+    pub target: String,
+}
+
+/// A long-running process of a node: its label name and command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    pub name: String,
+    pub command: String,
+}
+
+impl Topology {
+    /// Parses and checks a topology: links name existing nodes and valid interface names,
+    /// no interface is used twice, binds are `source:target`, every started service has
+    /// a command line.
+    pub fn parse(text: &str) -> anyhow::Result<Topology> {
+        let topology: Topology = serde_yaml::from_str(text).context("not a topology file")?;
+        let mut used = Vec::new();
+        for (i, link) in topology.topology.links.iter().enumerate() {
+            for endpoint in topology
+                .endpoints(link)
+                .with_context(|| format!("links[{i}]"))?
+            {
+                if used.contains(&endpoint) {
+                    bail!(
+                        "links[{i}]: {}:{} is already used by another link",
+                        endpoint.node,
+                        endpoint.interface
+                    );
+                }
+                used.push(endpoint);
+            }
+        }
+        for (name, node) in &topology.topology.nodes {
+            if node.kind != "linux" {
+                bail!("nodes.{name}.kind: only `linux` nodes are supported");
+            }
+            node.binds()
+                .with_context(|| format!("nodes.{name}.binds"))?;
+            node.services()
+                .with_context(|| format!("nodes.{name}.labels"))?;
+        }
+        Ok(topology)
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = (&String, &Node)> {
+        self.topology.nodes.iter()
+    }
+
+    pub fn node(&self, name: &str) -> anyhow::Result<&Node> {
+        self.topology
+            .nodes
+            .get(name)
+            .with_context(|| format!("no node {name} in the topology"))
+    }
+
+    pub fn endpoints(&self, link: &Link) -> anyhow::Result<[Endpoint; 2]> {
+        let parse = |text: &str| -> anyhow::Result<Endpoint> {
+            let (node, interface) = text
+                .split_once(':')
+                .with_context(|| format!("endpoint {text:?} is not node:interface"))?;
+            if !self.topology.nodes.contains_key(node) {
+                bail!("endpoint {text:?}: no node {node}");
+            }
+            if interface.is_empty()
+                || interface.len() > MAX_INTERFACE_NAME
+                || !interface
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                bail!("endpoint {text:?}: {interface:?} is not a valid interface name");
+            }
+            Ok(Endpoint {
+                node: node.to_owned(),
+                interface: interface.to_owned(),
+            })
+        };
+        Ok([parse(&link.endpoints[0])?, parse(&link.endpoints[1])?])
+    }
+}
+
+impl Node {
+    pub fn binds(&self) -> anyhow::Result<Vec<Bind>> {
+        self.binds
+            .iter()
+            .map(|bind| {
+                let mut parts = bind.split(':');
+                match (parts.next(), parts.next(), parts.next()) {
+                    (Some(source), Some(target), _)
+                        if !source.is_empty() && target.starts_with('/') =>
+                    {
+                        Ok(Bind {
+                            source: source.to_owned(),
+                            target: target.to_owned(),
+                        })
+                    }
+                    _ => bail!("{bind:?} is not source:/absolute/target[:options]"),
+                }
+            })
+            .collect()
+    }
+
+    /// The services in `lab.start` order, each with its `lab.service.NAME` command.
+    pub fn services(&self) -> anyhow::Result<Vec<Service>> {
+        let Some(start) = self.labels.get(START_LABEL) else {
+            return Ok(Vec::new());
+        };
+        start
+            .split_whitespace()
+            .map(|name| {
+                let command = self
+                    .labels
+                    .get(&format!("{SERVICE_LABEL}{name}"))
+                    .with_context(|| {
+                        format!("{START_LABEL} names {name} but {SERVICE_LABEL}{name} is missing")
+                    })?;
+                Ok(Service {
+                    name: name.to_owned(),
+                    command: command.clone(),
+                })
+            })
+            .collect()
+    }
+
+    pub fn service(&self, name: &str) -> anyhow::Result<Service> {
+        self.services()?
+            .into_iter()
+            .find(|s| s.name == name)
+            .with_context(|| format!("no service {name}"))
+    }
+}
+
+/// How container paths map onto the host when nodes are namespaces, not containers:
+/// `/etc`, `/var` and `/run` go to the node's own directory, `/usr/local/bin` to the
+/// workspace's release binaries.
+#[derive(Clone, Debug)]
+pub struct PathMap {
+    pub node_root: String,
+    pub bin_dir: String,
+}
+
+impl PathMap {
+    /// Rewrites every container path in `text` (a config file or a command line).
+    pub fn rewrite(&self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find('/') {
+            let boundary = at == 0 || !is_path_char(rest[..at].chars().last().unwrap_or(' '));
+            let tail = &rest[at..];
+            let mapped = boundary.then(|| self.map_prefix(tail)).flatten();
+            out.push_str(&rest[..at]);
+            match mapped {
+                Some((replacement, consumed)) => {
+                    out.push_str(&replacement);
+                    rest = &tail[consumed..];
+                }
+                None => {
+                    out.push('/');
+                    rest = &tail[1..];
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The host path of one container path.
+    pub fn host_path(&self, container_path: &str) -> String {
+        self.rewrite(container_path)
+    }
+
+    fn map_prefix(&self, tail: &str) -> Option<(String, usize)> {
+        if tail.starts_with(BIN_PREFIX) {
+            return Some((format!("{}/", self.bin_dir), BIN_PREFIX.len()));
+        }
+        for prefix in NODE_PREFIXES {
+            if tail.starts_with(prefix)
+                && tail[prefix.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| c == '/' || !is_path_char(c))
+            {
+                return Some((format!("{}{prefix}", self.node_root), prefix.len()));
+            }
+        }
+        None
+    }
+}
+
+fn is_path_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '-' | '_')
+}
+
+const START_LABEL: &str = "lab.start";
+const SERVICE_LABEL: &str = "lab.service.";
+const BIN_PREFIX: &str = "/usr/local/bin/";
+const NODE_PREFIXES: [&str; 3] = ["/etc", "/var", "/run"];
+/// IFNAMSIZ minus the terminating NUL.
+const MAX_INTERFACE_NAME: usize = 15;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = r#"
+name: t
+topology:
+  nodes:
+    r:
+      kind: linux
+      image: r:latest
+      binds: ["r/bird.conf:/etc/bird/bird.conf"]
+      exec: ["ip addr add 10.0.0.1/30 dev eth1"]
+      labels:
+        lab.start: bird agent
+        lab.service.bird: bird -c /etc/bird/bird.conf
+        lab.service.agent: /usr/local/bin/bgp-agent run
+    p:
+      kind: linux
+      image: p:latest
+  links:
+    - endpoints: ["r:eth1", "p:eth1"]
+"#;
+
+    #[test]
+    fn the_shipped_topology_parses() {
+        let text = include_str!("../../topology.clab.yml");
+        let topology = Topology::parse(text).unwrap();
+        for node in ["rtr", "pop-a", "pop-b", "origin", "client", "attacker"] {
+            topology.node(node).unwrap();
+        }
+        let pop_a = topology.node("pop-a").unwrap().services().unwrap();
+        let names: Vec<_> = pop_a.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["edge-xdp", "edge", "exabgp"]);
+        let pop_b = topology.node("pop-b").unwrap().services().unwrap();
+        assert!(pop_b.iter().any(|s| s.name == "bird"));
+    }
+
+    #[test]
+    fn services_come_in_start_order() {
+        let topology = Topology::parse(SMALL).unwrap();
+        let services = topology.node("r").unwrap().services().unwrap();
+        assert_eq!(services[0].name, "bird");
+        assert_eq!(services[1].command, "/usr/local/bin/bgp-agent run");
+        assert!(topology.node("p").unwrap().services().unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_topologies_say_where() {
+        let error = |text: &str| format!("{:#}", Topology::parse(text).unwrap_err());
+        let e = error(&SMALL.replace("\"p:eth1\"", "\"q:eth1\""));
+        assert!(e.contains("links[0]") && e.contains("no node q"), "{e}");
+        let e = error(&SMALL.replace("\"p:eth1\"", "\"r:eth1\""));
+        assert!(e.contains("already used"), "{e}");
+        let e = error(&SMALL.replace("\"p:eth1\"", "\"p:an-interface-name-too-long\""));
+        assert!(e.contains("not a valid interface name"), "{e}");
+        let e = error(&SMALL.replace("lab.start: bird agent", "lab.start: bird nats"));
+        assert!(
+            e.contains("nodes.r.labels") && e.contains("lab.service.nats"),
+            "{e}"
+        );
+        let e = error(&SMALL.replace(":/etc/bird/bird.conf", ":etc/bird.conf"));
+        assert!(e.contains("nodes.r.binds"), "{e}");
+        let e = error(&SMALL.replace("kind: linux\n      image: p", "kind: srl\n      image: p"));
+        assert!(e.contains("nodes.p.kind"), "{e}");
+    }
+
+    #[test]
+    fn container_paths_map_to_the_node_directory() {
+        let map = PathMap {
+            node_root: "/run/lab/pop-a/root".into(),
+            bin_dir: "/src/target/release".into(),
+        };
+        assert_eq!(
+            map.rewrite("/usr/local/bin/edge run --config /etc/edge/edge.yaml"),
+            "/src/target/release/edge run --config /run/lab/pop-a/root/etc/edge/edge.yaml"
+        );
+        assert_eq!(
+            map.rewrite("dir: /var/lib/edge/spool\nsocket: /run/bird.ctl"),
+            "dir: /run/lab/pop-a/root/var/lib/edge/spool\nsocket: /run/lab/pop-a/root/run/bird.ctl"
+        );
+        assert_eq!(
+            map.rewrite("include \"/etc/bird/anycast.conf\";"),
+            "include \"/run/lab/pop-a/root/etc/bird/anycast.conf\";"
+        );
+        // Not container paths: other roots, URLs, prefixes inside words, CIDRs.
+        for unchanged in [
+            "/usr/bin/bird",
+            "http://127.0.0.1:9180/readyz",
+            "/etcetera",
+            "192.0.2.10/32",
+            "a/etc/b",
+        ] {
+            assert_eq!(map.rewrite(unchanged), unchanged);
+        }
+    }
+}
