@@ -40,14 +40,7 @@ async fn kill_9_midway_loses_no_acknowledged_event() {
             let _permit = permit;
             let delivery = format!("crash-{i:05}");
             let body = format!(r#"{{"n":{i},"pad":"{}"}}"#, "p".repeat(i % 700));
-            let sent = client
-                .post(url)
-                .header("X-GitHub-Delivery", &delivery)
-                .header(
-                    "X-Hub-Signature-256",
-                    github_signature(GITHUB_SECRET, body.as_bytes()),
-                )
-                .body(body)
+            let sent = signed_github(client.post(url), &delivery, body.as_bytes())
                 .send()
                 .await;
             if let Ok(response) = sent

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -123,15 +122,7 @@ fn early_data_stays_off_unless_enabled() {
 /// it, it resumes `session` and sends the file as early data. Returns what s_client
 /// printed (its summary and the server's answer).
 fn s_client(edge: &Edge, session: &Path, early: Option<&Path>) -> String {
-    let mut command = Command::new("openssl");
-    command.args([
-        "s_client",
-        "-connect",
-        &format!("127.0.0.1:{}", edge.port),
-        "-servername",
-        "localhost",
-        "-tls1_3",
-    ]);
+    let mut command = s_client_command(edge.port);
     match early {
         None => command.arg("-sess_out").arg(session),
         Some(request) => command
@@ -140,12 +131,7 @@ fn s_client(edge: &Edge, session: &Path, early: Option<&Path>) -> String {
             .arg("-early_data")
             .arg(request),
     };
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = command.spawn().unwrap();
     // A request closes the connection when answered; a bare session fetch (or a
     // refused early request) ends when its input does, once the tickets have arrived.
     let input = child.stdin.take();

@@ -255,15 +255,7 @@ async fn legitimate_sender(
         ticks.tick().await;
         let body = format!(r#"{{"n":{sent}}}"#);
         let started = Instant::now();
-        let response = client
-            .post(&url)
-            .header("X-GitHub-Event", "push")
-            .header("X-GitHub-Delivery", format!("legit-{sent}"))
-            .header(
-                "X-Hub-Signature-256",
-                github_signature(GITHUB_SECRET, body.as_bytes()),
-            )
-            .body(body)
+        let response = signed_github(client.post(&url), &format!("legit-{sent}"), body.as_bytes())
             .send()
             .await;
         sent += 1;

@@ -7,7 +7,6 @@ mod common;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine;
@@ -16,27 +15,14 @@ use common::*;
 
 /// Runs s_client against `port`; returns "Reused" or "New".
 fn s_client(port: u16, sess_in: Option<&Path>, sess_out: Option<&Path>) -> &'static str {
-    let mut command = Command::new("openssl");
-    command.args([
-        "s_client",
-        "-connect",
-        &format!("127.0.0.1:{port}"),
-        "-servername",
-        "localhost",
-        "-tls1_3",
-    ]);
+    let mut command = s_client_command(port);
     if let Some(path) = sess_in {
         command.arg("-sess_in").arg(path);
     }
     if let Some(path) = sess_out {
         command.arg("-sess_out").arg(path);
     }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = command.spawn().unwrap();
     // Stay connected long enough to receive the NewSessionTicket, then hang up.
     std::thread::sleep(Duration::from_millis(700));
     let _ = child.stdin.take().unwrap().write_all(b"");

@@ -291,8 +291,16 @@ pub fn github_post(
     delivery: &str,
     body: &[u8],
 ) -> reqwest::RequestBuilder {
-    client
-        .post(edge.url("/hooks/github"))
+    signed_github(client.post(edge.url("/hooks/github")), delivery, body)
+}
+
+/// `request` as a GitHub delivery of `body`, signed with the test secret.
+pub fn signed_github(
+    request: reqwest::RequestBuilder,
+    delivery: &str,
+    body: &[u8],
+) -> reqwest::RequestBuilder {
+    request
         .header("X-GitHub-Event", "push")
         .header("X-GitHub-Delivery", delivery)
         .header("X-Hub-Signature-256", github_signature(GITHUB_SECRET, body))
@@ -305,4 +313,16 @@ pub fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
+}
+
+/// `openssl s_client` speaking TLS 1.3 to the edge on `port`, stdin and stdout piped.
+pub fn s_client_command(port: u16) -> Command {
+    let mut command = Command::new("openssl");
+    command
+        .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+        .args(["-servername", "localhost", "-tls1_3"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    command
 }
