@@ -8,6 +8,7 @@
 # instead of nginx (e.g. to price a change against the commit before it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. lab/bench/lib.sh
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
@@ -27,8 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+bench_identity "$work"
 
 cat > "$work/edge.yaml" <<YAML
 pop: bench
@@ -61,13 +61,7 @@ http {
 }
 CONF
 
-python3 - "$work/body.json" <<'PY'
-import json, sys
-body = {"ref": "refs/heads/main", "repository": {"full_name": "acme/webhooks"}, "pusher": {"name": "bench"}}
-body["padding"] = "x" * (1024 - len(json.dumps({**body, "padding": ""})))
-open(sys.argv[1], "w").write(json.dumps(body))
-PY
-sig="sha256=$(openssl dgst -sha256 -hmac bench-secret < "$work/body.json" | awk '{print $NF}')"
+sig=$(bench_body "$work/body.json" bench-secret)
 
 target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!

@@ -7,6 +7,7 @@
 #   ROUNDS=3 DURATION=8s CONNS=32 lab/bench/slowloris-throughput.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. lab/bench/lib.sh
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
 CONNS=${CONNS:-32}
@@ -25,8 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+bench_identity "$work"
 cat > "$work/edge.yaml" <<YAML
 pop: bench
 listen: ["127.0.0.1:$EDGE_PORT"]
@@ -39,13 +39,7 @@ connections: { max: 20000, per_source: 5000 }
 routes:
   - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
 YAML
-python3 - "$work/body.json" <<'PY'
-import json, sys
-body = {"ref": "refs/heads/main", "repository": {"full_name": "acme/webhooks"}, "padding": ""}
-body["padding"] = "x" * (1024 - len(json.dumps(body)))
-open(sys.argv[1], "w").write(json.dumps(body))
-PY
-sig="sha256=$(openssl dgst -sha256 -hmac bench-secret < "$work/body.json" | awk '{print $NF}')"
+sig=$(bench_body "$work/body.json" bench-secret)
 
 target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
