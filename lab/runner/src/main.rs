@@ -5,7 +5,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use lab::runner::Lab;
@@ -50,20 +49,7 @@ enum Command {
         kill: bool,
     },
     /// Send signed webhooks at a steady rate; one JSON line per outcome on stdout.
-    Send {
-        #[arg(long, default_value = "https://192.0.2.10/hooks/github")]
-        url: String,
-        #[arg(long, default_value_t = 50)]
-        rate: u32,
-        #[arg(long, default_value = "5s", value_parser = humantime)]
-        duration: Duration,
-        #[arg(long, default_value = "lab-github-secret")]
-        secret: String,
-        #[arg(long, default_value = "lab")]
-        id_prefix: String,
-        #[arg(long, default_value = "2s", value_parser = humantime)]
-        timeout: Duration,
-    },
+    Send(lab::sender::Plan),
     /// Print every message in the origin's stream as a JSON line (id, pop).
     Origin {
         #[arg(long, default_value = "nats://10.0.3.2:4222")]
@@ -124,22 +110,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             lab()?.stop_service(&node, &service, signal)?;
         }
-        Command::Send {
-            url,
-            rate,
-            duration,
-            secret,
-            id_prefix,
-            timeout,
-        } => {
-            let plan = lab::sender::Plan {
-                url,
-                rate,
-                duration,
-                secret,
-                id_prefix,
-                timeout,
-            };
+        Command::Send(plan) => {
             let outcomes = runtime()?.block_on(lab::sender::send(plan))?;
             let mut out = std::io::stdout().lock();
             for outcome in &outcomes {
@@ -162,8 +133,4 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .worker_threads(2)
         .enable_all()
         .build()
-}
-
-fn humantime(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|e| e.to_string())
 }

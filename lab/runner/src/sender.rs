@@ -9,12 +9,21 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hmac::Mac;
 use serde::{Deserialize, Serialize};
 
+/// What to send (also the `lab send` options).
+#[derive(Clone, Debug, clap::Args)]
 pub struct Plan {
+    #[arg(long, default_value = "https://192.0.2.10/hooks/github")]
     pub url: String,
+    /// Webhooks per second.
+    #[arg(long, default_value_t = 50)]
     pub rate: u32,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
+    #[arg(long, default_value = "lab-github-secret")]
     pub secret: String,
+    #[arg(long, default_value = "lab")]
     pub id_prefix: String,
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 
@@ -98,6 +107,10 @@ async fn one(client: &reqwest::Client, plan: &Plan, id: String) -> Outcome {
         pop,
         error,
     }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| e.to_string())
 }
 
 fn now_ms() -> u64 {
