@@ -174,6 +174,7 @@ impl Server {
             _ => "other",
         };
         let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+        let http2 = session.alpn_protocol() == Some(b"h2");
         metrics
             .tls_handshakes
             .get_or_create(&Handshake { version, resumed })
@@ -201,9 +202,21 @@ impl Server {
                 metrics.reject("header_too_large");
                 tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
             } else if hyper_error.is_some_and(|e| e.is_timeout()) {
-                metrics.reject("header_timeout");
+                // hyper's only timers: the HTTP/1 head deadline, the HTTP/2 PING answer.
+                let (reason, what) = if http2 {
+                    (
+                        "h2_keepalive_timeout",
+                        "no answer to an HTTP/2 PING within http.h2_keepalive_timeout",
+                    )
+                } else {
+                    (
+                        "header_timeout",
+                        "request head not received within http.header_timeout",
+                    )
+                };
+                metrics.reject(reason);
                 if self.refusal_log.allow() {
-                    tracing::info!(%peer, "request head not received within http.header_timeout: closed (logged at most once a second)");
+                    tracing::info!(%peer, "{what}: closed (logged at most once a second)");
                 }
             } else {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");

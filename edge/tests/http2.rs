@@ -1,6 +1,6 @@
-//! HTTP/2 Rapid Reset (CVE-2023-44487): a client that opens streams and cancels them in a
-//! loop is cut off with GOAWAY, while a legitimate HTTP/2 client on another connection
-//! keeps working.
+//! HTTP/2 abuse: Rapid Reset (CVE-2023-44487), a client that opens streams and cancels
+//! them in a loop, is cut off with GOAWAY while a legitimate HTTP/2 client on another
+//! connection keeps working; a peer that stops answering PINGs is closed.
 
 mod common;
 
@@ -10,6 +10,15 @@ use std::time::Duration;
 use common::*;
 
 async fn h2_connection(edge: &Edge) -> h2::client::SendRequest<bytes::Bytes> {
+    let (send, connection) = h2::client::handshake(h2_tls(edge).await).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    send
+}
+
+/// A TLS connection to the edge that negotiated h2.
+async fn h2_tls(edge: &Edge) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut edge.cert_pem().as_slice()) {
         roots.add(cert.unwrap()).unwrap();
@@ -25,15 +34,37 @@ async fn h2_connection(edge: &Edge) -> h2::client::SendRequest<bytes::Bytes> {
         .await
         .unwrap();
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peer_that_stops_answering_pings_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let edge = Edge::start("", "").with_section(
+        "http: { h2_keepalive_interval: 500ms, h2_keepalive_timeout: 500ms, idle_timeout: 30s }\n",
+    );
+    let mut tls = h2_tls(&edge).await;
+    // The client preface and an empty SETTINGS frame, then silence: nothing read,
+    // nothing acknowledged, so the edge's PINGs go unanswered.
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
         .unwrap();
-    let (send, connection) = h2::client::handshake(tls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    send
+    tls.flush().await.unwrap();
+    let started = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the edge kept a silent HTTP/2 peer open");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    assert_eq!(
+        edge.metric(r#"edge_rejected_total{pop="test",reason="h2_keepalive_timeout"}"#),
+        1.0,
+        "{}",
+        edge.metrics()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
