@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what it needs, checks formatting and
-# lints, builds once in release and runs every test (unit, integration, crash) with it.
+# lints, builds once in release and runs every test (unit, integration, crash, the lab's
+# end-to-end scenarios in network namespaces) with it.
 # Ends with one summary line: "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,18 @@ cargo clippy --release --workspace --all-targets -- -D warnings || { echo "0 pas
 
 mkdir -p target
 log=target/test.log
-cargo test --release --workspace 2>&1 | tee "$log"
+cargo test --release --workspace --exclude lab 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The lab's end-to-end scenarios print one result line each.
+if [ "$status" -eq 0 ]; then
+    cargo test --release -p lab -- --nocapture 2>&1 | tee -a "$log"
+    status=${PIPESTATUS[0]}
+fi
 
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo 'test result: .*' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo; grep -E '^(scenario|lab:) ' "$log"
 echo "tests finished in $(( $(date +%s) - started ))s"
 echo "$passed passed, $failed failed"
 exit "$status"
