@@ -16,7 +16,8 @@ fn anycast_scenarios() {
     reach(&lab);
     pop_failure(&lab);
     drain(&lab);
-    link_failure(&lab);
+    link_failure(&lab, "pop-a", "the BGP hold timer (3 s)");
+    link_failure(&lab, "pop-b", "BFD (300 ms x 3)");
     attack(&lab);
     origin_outage(&lab);
     flap(&lab);
@@ -128,18 +129,17 @@ fn drain(lab: &LabCli) {
     );
 }
 
-/// Cut pop-a's uplink with nftables: the router's BGP hold timer notices, traffic moves.
-fn link_failure(lab: &LabCli) {
-    let load = lab.load("linkcut", 50, Duration::from_secs(12));
+/// Cut a PoP's uplink with nftables (everything in and out dropped): the router's BGP
+/// hold timer (pop-a, ExaBGP) or BFD (pop-b, BIRD) notices and traffic moves.
+fn link_failure(lab: &LabCli, pop: &str, detector: &str) {
+    let load = lab.load(&format!("cut-{pop}"), 50, Duration::from_secs(12));
     std::thread::sleep(Duration::from_secs(2));
     let cut_ms = now_ms();
-    lab.run(&[
-        "exec", "pop-a", "--", "nft", "add", "table", "inet", "lab_cut",
-    ]);
+    lab.run(&["exec", pop, "--", "nft", "add", "table", "inet", "lab_cut"]);
     for (chain, hook) in [("in", "input"), ("out", "output")] {
         lab.run(&[
             "exec",
-            "pop-a",
+            pop,
             "--",
             "nft",
             "add",
@@ -153,7 +153,7 @@ fn link_failure(lab: &LabCli) {
     let detected = lab.wait_next_hops(1, Duration::from_secs(10));
     let outcomes = load.finish(lab);
     lab.run(&[
-        "exec", "pop-a", "--", "nft", "delete", "table", "inet", "lab_cut",
+        "exec", pop, "--", "nft", "delete", "table", "inet", "lab_cut",
     ]);
     let after_detection: Vec<&Outcome> = outcomes
         .iter()
@@ -167,11 +167,11 @@ fn link_failure(lab: &LabCli) {
         failures(&outcomes)
     );
     lab.wait_next_hops(2, Duration::from_secs(30));
-    // Acked on pop-a before the cut, delivered once its link is back.
+    // Acked on the cut PoP before the cut, delivered once its link is back.
     let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(20));
     assert_eq!((missing, duplicated), (0, 0));
     println!(
-        "scenario link-failure: detected by the BGP hold timer (3 s) after {} ms, {failed} of {} requests failed (all sent before the route moved), 0 acked events missing",
+        "scenario link-failure {pop}: detected by {detector} after {} ms, {failed} of {} requests failed (all sent before the route moved), 0 acked events missing",
         detected.as_millis(),
         outcomes.len()
     );
