@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+use ::lab::netns;
 use std::time::{Duration, Instant};
 
 pub const VIP: &str = "192.0.2.10/32";
@@ -16,11 +18,6 @@ pub struct Lab {
     pub pop: String,
     pub dir: tempfile::TempDir,
     children: Vec<Child>,
-}
-
-pub fn sh(args: &[&str]) {
-    let status = Command::new(args[0]).args(&args[1..]).status().unwrap();
-    assert!(status.success(), "{args:?} failed");
 }
 
 pub fn agent_bin() -> &'static str {
@@ -38,40 +35,16 @@ impl Lab {
             children: Vec::new(),
         };
         for ns in [&lab.up, &lab.pop] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
-            sh(&["ip", "netns", "add", ns]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            netns::create(ns).unwrap();
         }
         let (veth_up, veth_pop) = (format!("u{tag}{id}"), format!("p{tag}{id}"));
-        sh(&[
-            "ip", "link", "add", &veth_up, "netns", &lab.up, "type", "veth", "peer", "name",
-            &veth_pop, "netns", &lab.pop,
-        ]);
-        sh(&[
-            "ip",
-            "-n",
-            &lab.up,
-            "addr",
-            "add",
-            &format!("{UP_ADDR}/30"),
-            "dev",
-            &veth_up,
-        ]);
-        sh(&[
-            "ip",
-            "-n",
+        netns::veth((&lab.up, &veth_up), (&lab.pop, &veth_pop)).unwrap();
+        netns::run_ok(&lab.up, &format!("ip addr add {UP_ADDR}/30 dev {veth_up}")).unwrap();
+        netns::run_ok(
             &lab.pop,
-            "addr",
-            "add",
-            &format!("{POP_ADDR}/30"),
-            "dev",
-            &veth_pop,
-        ]);
-        sh(&["ip", "-n", &lab.up, "link", "set", &veth_up, "up"]);
-        sh(&["ip", "-n", &lab.pop, "link", "set", &veth_pop, "up"]);
+            &format!("ip addr add {POP_ADDR}/30 dev {veth_pop}"),
+        )
+        .unwrap();
         lab
     }
 
@@ -306,7 +279,7 @@ impl Drop for Lab {
             let _ = child.wait();
         }
         for ns in [&self.up, &self.pop] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            netns::delete(ns);
         }
     }
 }

@@ -88,7 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exec { node, command } => {
             // Container paths work here as they would in `docker exec`.
             let command_line = lab()?.paths(&node).rewrite(&command.join(" "));
-            let status = lab::netns::command(&node, &command_line)
+            let status = lab::netns::command(&lab::netns::namespace(&node), &command_line)
                 .status()
                 .map_err(anyhow::Error::from)?;
             return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));

@@ -1,5 +1,6 @@
 //! Network namespaces and veth pairs through `ip`, and commands run inside a namespace.
-//! Every name is prefixed so nothing outside the lab is touched.
+//! The runner names a node's namespace with [`namespace`] (prefixed, so nothing outside
+//! the lab is touched); test fixtures elsewhere in the workspace use their own names.
 
 use std::process::{Command, Output, Stdio};
 
@@ -10,27 +11,29 @@ pub fn namespace(node: &str) -> String {
     format!("{PREFIX}{node}")
 }
 
-pub fn exists(node: &str) -> bool {
-    std::path::Path::new("/run/netns")
-        .join(namespace(node))
-        .exists()
+pub fn exists(ns: &str) -> bool {
+    std::path::Path::new("/run/netns").join(ns).exists()
 }
 
-pub fn create(node: &str) -> anyhow::Result<()> {
-    ip(&["netns", "add", &namespace(node)])?;
-    ip(&["-n", &namespace(node), "link", "set", "lo", "up"])
+/// A fresh namespace with `lo` up (one left behind by a crashed run is replaced).
+pub fn create(ns: &str) -> anyhow::Result<()> {
+    delete(ns);
+    ip(&["netns", "add", ns])?;
+    ip(&["-n", ns, "link", "set", "lo", "up"])
 }
 
 /// Deletes the namespace (its veths go with it); a missing one is fine.
-pub fn delete(node: &str) {
-    let _ = Command::new("ip")
-        .args(["netns", "del", &namespace(node)])
-        .stderr(Stdio::null())
-        .status();
+pub fn delete(ns: &str) {
+    if exists(ns) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", ns])
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
-/// Every lab namespace present, including ones a crashed run left behind.
-pub fn leftovers() -> Vec<String> {
+/// The nodes whose lab namespace exists, including ones a crashed run left behind.
+pub fn lab_nodes() -> Vec<String> {
     std::fs::read_dir("/run/netns")
         .map(|dir| {
             dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -40,46 +43,46 @@ pub fn leftovers() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A veth pair with each end already in its node's namespace under its final name.
+/// A veth pair, each end created in its namespace under its final name, both up.
+/// Each side is (namespace, interface).
 pub fn veth(a: (&str, &str), b: (&str, &str)) -> anyhow::Result<()> {
-    let (ns_a, ns_b) = (namespace(a.0), namespace(b.0));
     ip(&[
-        "link", "add", a.1, "netns", &ns_a, "type", "veth", "peer", "name", b.1, "netns", &ns_b,
+        "link", "add", a.1, "netns", a.0, "type", "veth", "peer", "name", b.1, "netns", b.0,
     ])?;
-    ip(&["-n", &ns_a, "link", "set", a.1, "up"])?;
-    ip(&["-n", &ns_b, "link", "set", b.1, "up"])
+    ip(&["-n", a.0, "link", "set", a.1, "up"])?;
+    ip(&["-n", b.0, "link", "set", b.1, "up"])
 }
 
-/// Runs a shell command line inside the node's namespace and returns its output.
-pub fn run(node: &str, command_line: &str) -> anyhow::Result<Output> {
+/// Runs a shell command line inside the namespace and returns its output.
+pub fn run(ns: &str, command_line: &str) -> anyhow::Result<Output> {
     Command::new("ip")
-        .args(["netns", "exec", &namespace(node), "sh", "-c", command_line])
+        .args(["netns", "exec", ns, "sh", "-c", command_line])
         .stdin(Stdio::null())
         .output()
-        .with_context(|| format!("{node}: {command_line}"))
+        .with_context(|| format!("{ns}: {command_line}"))
 }
 
 /// Like [`run`], failing with the command's stderr when it fails.
-pub fn run_ok(node: &str, command_line: &str) -> anyhow::Result<String> {
-    let output = run(node, command_line)?;
+pub fn run_ok(ns: &str, command_line: &str) -> anyhow::Result<String> {
+    let output = run(ns, command_line)?;
     if !output.status.success() {
         bail!(
-            "{node}: `{command_line}` failed: {}",
+            "{ns}: `{command_line}` failed: {}",
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// A command prepared to run inside the node's namespace, in a session of its own so it
+/// A command prepared to run inside the namespace, in a session of its own so it
 /// outlives the runner.
-pub fn command(node: &str, command_line: &str) -> Command {
+pub fn command(ns: &str, command_line: &str) -> Command {
     let mut command = Command::new("setsid");
     command.args([
         "ip",
         "netns",
         "exec",
-        &namespace(node),
+        ns,
         "sh",
         "-c",
         &format!("exec {command_line}"),

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::netns;
+use crate::netns::{self, namespace};
 use crate::topology::{PathMap, Service, Topology};
 
 pub struct Lab {
@@ -45,7 +45,7 @@ impl Lab {
     pub fn up(&self) -> anyhow::Result<()> {
         self.down();
         for (name, node) in self.topology.nodes() {
-            netns::create(name)?;
+            netns::create(&namespace(name))?;
             let map = self.paths(name);
             for bind in node.binds()? {
                 let source = self.source_dir.join(&bind.source);
@@ -61,12 +61,15 @@ impl Lab {
         }
         for link in &self.topology.topology.links {
             let [a, b] = self.topology.endpoints(link)?;
-            netns::veth((&a.node, &a.interface), (&b.node, &b.interface))?;
+            netns::veth(
+                (&namespace(&a.node), &a.interface),
+                (&namespace(&b.node), &b.interface),
+            )?;
         }
         for (name, node) in self.topology.nodes() {
             let map = self.paths(name);
             for command in &node.exec {
-                netns::run_ok(name, &map.rewrite(command))?;
+                netns::run_ok(&namespace(name), &map.rewrite(command))?;
             }
         }
         for (name, node) in self.topology.nodes() {
@@ -79,13 +82,13 @@ impl Lab {
 
     /// Stops every service and removes every namespace and the state directory.
     pub fn down(&self) {
-        for node in netns::leftovers() {
+        for node in netns::lab_nodes() {
             for pid in pidfiles(&self.state_dir.join(&node).join("pids")) {
                 stop_pid(pid.1);
             }
         }
-        for node in netns::leftovers() {
-            netns::delete(&node);
+        for node in netns::lab_nodes() {
+            netns::delete(&namespace(&node));
         }
         let _ = std::fs::remove_dir_all(&self.state_dir);
     }
@@ -99,12 +102,15 @@ impl Lab {
             .create(true)
             .append(true)
             .open(dir.join("logs").join(format!("{}.log", service.name)))?;
-        let child = netns::command(node, &self.paths(node).rewrite(&service.command))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("{node}: starting {}", service.name))?;
+        let child = netns::command(
+            &namespace(node),
+            &self.paths(node).rewrite(&service.command),
+        )
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("{node}: starting {}", service.name))?;
         let pid = child.id();
         std::fs::write(self.pidfile(node, &service.name), pid.to_string())?;
         Ok(pid)
@@ -132,7 +138,7 @@ impl Lab {
     pub fn status(&self) -> anyhow::Result<String> {
         let mut out = String::new();
         for (name, node) in self.topology.nodes() {
-            let up = netns::exists(name);
+            let up = netns::exists(&namespace(name));
             out.push_str(&format!("{name:<9} {}", if up { "up  " } else { "down" }));
             for service in node.services()? {
                 let state = match read_pid(&self.pidfile(name, &service.name)) {
@@ -144,7 +150,8 @@ impl Lab {
             out.push('\n');
         }
         for (name, node) in self.topology.nodes() {
-            if node.services()?.iter().any(|s| s.name == "bird") && netns::exists(name) {
+            if node.services()?.iter().any(|s| s.name == "bird") && netns::exists(&namespace(name))
+            {
                 out.push_str(&format!("\n{name}: BGP\n{}", self.bgp_sessions(name)?));
             }
         }
@@ -154,12 +161,15 @@ impl Lab {
     /// `birdc show protocols` on a node running BIRD.
     pub fn bgp_sessions(&self, node: &str) -> anyhow::Result<String> {
         let socket = self.paths(node).host_path("/run/bird.ctl");
-        netns::run_ok(node, &format!("birdc -s {socket} show protocols"))
+        netns::run_ok(
+            &namespace(node),
+            &format!("birdc -s {socket} show protocols"),
+        )
     }
 
     /// The router's kernel route to `prefix`: its next hops (one per PoP under ECMP).
     pub fn next_hops(&self, router: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
-        let routes = netns::run_ok(router, &format!("ip -4 route show {prefix}"))?;
+        let routes = netns::run_ok(&namespace(router), &format!("ip -4 route show {prefix}"))?;
         Ok(routes
             .split_whitespace()
             .collect::<Vec<_>>()

@@ -2,7 +2,9 @@
 //! XDP tests and benchmarks. Created here, removed on drop; processes stopped by PID.
 #![allow(dead_code)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
+
+use ::lab::netns;
 
 pub struct Lab {
     pub sender: String,
@@ -11,15 +13,6 @@ pub struct Lab {
     pub peer: String,
     pub dir: tempfile::TempDir,
     children: Vec<Child>,
-}
-
-pub fn sh(args: &[&str]) {
-    let status = Command::new(args[0])
-        .args(&args[1..])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "{args:?}");
 }
 
 impl Lab {
@@ -33,81 +26,28 @@ impl Lab {
             dir: tempfile::tempdir().unwrap(),
             children: Vec::new(),
         };
-        let peer = lab.peer.clone();
         for ns in [&lab.sender, &lab.victim] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
-            sh(&["ip", "netns", "add", ns]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-qw",
-                "net.ipv6.conf.all.disable_ipv6=1",
-            ]);
+            netns::create(ns).unwrap();
+            netns::run_ok(ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1").unwrap();
         }
-        sh(&[
-            "ip",
-            "link",
-            "add",
-            &peer,
-            "netns",
-            &lab.sender,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &lab.veth,
-            "netns",
-            &lab.victim,
-        ]);
-        sh(&[
-            "ip",
-            "-n",
-            &lab.sender,
-            "addr",
-            "add",
-            "198.18.0.1/30",
-            "dev",
-            &peer,
-        ]);
-        sh(&[
-            "ip",
-            "-n",
-            &lab.victim,
-            "addr",
-            "add",
-            "198.18.0.2/30",
-            "dev",
-            &lab.veth,
-        ]);
-        sh(&[
-            "ip",
-            "-n",
-            &lab.victim,
-            "addr",
-            "add",
-            "192.0.2.10/32",
-            "dev",
-            "lo",
-        ]);
-        sh(&["ip", "-n", &lab.sender, "link", "set", &peer, "up"]);
-        sh(&["ip", "-n", &lab.victim, "link", "set", &lab.veth, "up"]);
-        sh(&[
-            "ip",
-            "-n",
-            &lab.sender,
-            "route",
-            "add",
-            "192.0.2.10/32",
-            "via",
-            "198.18.0.2",
-        ]);
+        netns::veth((&lab.sender, &lab.peer), (&lab.victim, &lab.veth)).unwrap();
+        for (ns, command) in [
+            (
+                &lab.sender,
+                format!("ip addr add 198.18.0.1/30 dev {}", lab.peer),
+            ),
+            (
+                &lab.victim,
+                format!("ip addr add 198.18.0.2/30 dev {}", lab.veth),
+            ),
+            (&lab.victim, "ip addr add 192.0.2.10/32 dev lo".to_owned()),
+            (
+                &lab.sender,
+                "ip route add 192.0.2.10/32 via 198.18.0.2".to_owned(),
+            ),
+        ] {
+            netns::run_ok(ns, &command).unwrap();
+        }
         lab
     }
 
@@ -242,7 +182,7 @@ impl Drop for Lab {
             let _ = child.wait();
         }
         for ns in [&self.sender, &self.victim] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            netns::delete(ns);
         }
     }
 }
