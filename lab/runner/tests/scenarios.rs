@@ -22,6 +22,7 @@ fn anycast_scenarios() {
     origin_outage(&lab);
     flap(&lab);
     lab.verify_origin_has_every_ack();
+    lab.down_leaves_nothing();
 }
 
 /// Signed webhooks to the VIP land on both PoPs (ECMP) and each 2xx is at the origin once.
@@ -395,6 +396,35 @@ impl LabCli {
         assert_eq!((missing, duplicated), (0, 0));
         println!(
             "lab: {acked} acknowledged webhooks over all scenarios, {missing} missing and {duplicated} duplicated at the origin"
+        );
+    }
+
+    /// `down` (twice: it must be idempotent) stops every service and removes every
+    /// namespace and the state directory.
+    fn down_leaves_nothing(&self) {
+        let status = self.run(&["status"]);
+        let pids: Vec<i32> = status
+            .split(['(', ')'])
+            .filter_map(|part| part.parse().ok())
+            .collect();
+        assert!(pids.len() >= 9, "services before down: {status}");
+        self.run(&["down"]);
+        self.run(&["down"]);
+        let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let namespaces = String::from_utf8_lossy(&namespaces.stdout);
+        assert!(!namespaces.contains("lab-"), "{namespaces}");
+        for pid in &pids {
+            assert!(
+                !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                        .is_ok_and(|stat| stat.contains(") Z ")),
+                "service {pid} still running after down"
+            );
+        }
+        assert!(!std::path::Path::new(lab::DEFAULT_STATE_DIR).exists());
+        println!(
+            "lab: down stopped {} services and removed every namespace",
+            pids.len()
         );
     }
 
