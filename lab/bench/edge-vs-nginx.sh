@@ -15,18 +15,7 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 EDGE_PORT=18443 ADMIN_PORT=19180 NGINX_PORT=18444
 
-lab/setup.sh >/dev/null
-cargo build --release -p edge >/dev/null 2>&1 || cargo build --release -p edge
-
-# On disk, not tmpfs: the edge's fdatasync must be real.
-work=$(mktemp -d /var/tmp/edge-bench.XXXXXX)
-edge_pid="" nginx_pid=""
-cleanup() {
-    [ -n "$edge_pid" ] && kill "$edge_pid" 2>/dev/null && wait "$edge_pid" 2>/dev/null
-    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null && wait "$nginx_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+bench_prepare bench
 
 bench_identity "$work"
 
@@ -65,6 +54,7 @@ sig=$(bench_body "$work/body.json" bench-secret)
 
 target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
+bench_pids+=("$edge_pid")
 if [ -n "${ANCHOR_EDGE:-}" ]; then
     anchor=baseline anchor_label="baseline edge build:"
     sed -e "s/$EDGE_PORT/$NGINX_PORT/; s/$ADMIN_PORT/$((ADMIN_PORT + 1))/; s#$work/spool#$work/spool-baseline#" \
@@ -76,31 +66,24 @@ else
     nginx -c "$work/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr.log" &
     anchor_probe() { curl -sfk -o /dev/null "https://127.0.0.1:$NGINX_PORT/" -X POST; }
 fi
-nginx_pid=$!
+anchor_pid=$!
+bench_pids+=("$anchor_pid")
 for _ in $(seq 100); do
     curl -sf "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && anchor_probe && break
     sleep 0.1
 done
-
-run_wrk() { # name port round
-    BODY_FILE="$work/body.json" SIG="$sig" RUN="$1-$3-$RANDOM" \
-        wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "https://127.0.0.1:$2/hooks/github" \
-        | grep '^RESULT' | sed "s/^RESULT/$1/"
-}
 
 results="$work/results.txt"
 for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) -eq 1 ]; then order="$anchor edge"; else order="edge $anchor"; fi
     for name in $order; do
         if [ "$name" = edge ]; then port=$EDGE_PORT; else port=$NGINX_PORT; fi
-        line=$(run_wrk "$name" "$port" "$round")
+        line=$(bench_wrk "$name" "https://127.0.0.1:$port/hooks/github")
         echo "round $round: $line"
         echo "$line" >> "$results"
     done
 done
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-field() { grep "^$1 " "$results" | grep -o "$2=[0-9.]*" | cut -d= -f2; }
 edge_rps=$(field edge rps | median); nginx_rps=$(field "$anchor" rps | median)
 edge_p99=$(field edge p99_us | median); nginx_p99=$(field "$anchor" p99_us | median)
 edge_bad=$(field edge non2xx | awk '{s+=$1} END {print s+0}')

@@ -17,3 +17,32 @@ open(sys.argv[1], "w").write(json.dumps(body))
 PY
     echo "sha256=$(openssl dgst -sha256 -hmac "$2" < "$1" | awk '{print $NF}')"
 }
+
+# bench_prepare NAME: setup, the release edge, and $work (on disk, not tmpfs: the edge's
+# fdatasync must be real), removed on exit after every PID in $bench_pids is stopped.
+bench_prepare() {
+    lab/setup.sh >/dev/null
+    cargo build --release -p edge >/dev/null 2>&1 || cargo build --release -p edge
+    work=$(mktemp -d "/var/tmp/edge-$1.XXXXXX")
+    bench_pids=()
+    trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+    for pid in "${bench_pids[@]}"; do
+        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    done
+    rm -rf "$work"
+}
+
+# bench_wrk LABEL URL: one wrk run (THREADS, CONNS, DURATION) of signed GitHub POSTs
+# ($work/body.json, $sig) with unique delivery ids; prints "LABEL rps=.. p50_us=.. ..".
+bench_wrk() {
+    BODY_FILE="$work/body.json" SIG="$sig" RUN="$1-$RANDOM$RANDOM" \
+        wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "$2" \
+        | grep '^RESULT' | sed "s/^RESULT/$1/"
+}
+
+# median: of the numbers on stdin. field LABEL KEY: KEY's values on LABEL's lines of $results.
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { grep "^$1 " "$results" | grep -o "$2=[0-9.]*" | cut -d= -f2; }

@@ -14,18 +14,7 @@ CONNS=${CONNS:-32}
 ATTACK=2000
 EDGE_PORT=18453 ADMIN_PORT=19190
 
-lab/setup.sh >/dev/null
-cargo build --release -p edge >/dev/null 2>&1 || cargo build --release -p edge
-
-work=$(mktemp -d /var/tmp/edge-slowloris.XXXXXX)
-edge_pid="" attack_pid=""
-cleanup() {
-    [ -n "$attack_pid" ] && kill "$attack_pid" 2>/dev/null && wait "$attack_pid" 2>/dev/null
-    [ -n "$edge_pid" ] && kill "$edge_pid" 2>/dev/null && wait "$edge_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
+bench_prepare slowloris
 bench_identity "$work"
 cat > "$work/edge.yaml" <<YAML
 pop: bench
@@ -43,20 +32,17 @@ sig=$(bench_body "$work/body.json" bench-secret)
 
 target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
+bench_pids+=("$edge_pid")
 for _ in $(seq 100); do curl -sf "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null && break; sleep 0.1; done
 
 open_connections() { curl -s "127.0.0.1:$ADMIN_PORT/metrics" | awk '/^edge_open_connections/ {print $NF}'; }
-run_wrk() { # label round
-    BODY_FILE="$work/body.json" SIG="$sig" RUN="$1-$2-$RANDOM" \
-        wrk -t2 -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "https://127.0.0.1:$EDGE_PORT/hooks/github" \
-        | grep '^RESULT' | sed "s/^RESULT/$1/"
-}
 start_attack() {
     # slowhttptest busy-polls a whole core while it holds its connections; at nice 19
     # it still holds them, and the measurement prices the edge, not the attacker's loop.
     nice -n 19 slowhttptest -H -c "$ATTACK" -r 1000 -i 5 -l 120 -p 3 \
         -u "https://127.0.0.1:$EDGE_PORT/hooks/github" >/dev/null 2>&1 &
     attack_pid=$!
+    bench_pids+=("$attack_pid")
     for _ in $(seq 300); do
         [ "$(open_connections)" -ge $((ATTACK * 95 / 100)) ] && return
         sleep 0.1
@@ -74,15 +60,13 @@ for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) -eq 1 ]; then order="quiet attacked"; else order="attacked quiet"; fi
     for case in $order; do
         if [ "$case" = attacked ]; then start_attack; held=$(open_connections); fi
-        line=$(run_wrk "$case" "$round")
+        line=$(bench_wrk "$case" "https://127.0.0.1:$EDGE_PORT/hooks/github")
         if [ "$case" = attacked ]; then line="$line held=$held"; stop_attack; fi
         echo "round $round: $line"
         echo "$line" >> "$results"
     done
 done
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-field() { grep "^$1 " "$results" | grep -o "$2=[0-9.]*" | cut -d= -f2; }
 quiet=$(field quiet rps | median); attacked=$(field attacked rps | median)
 quiet_p99=$(field quiet p99_us | median); attacked_p99=$(field attacked p99_us | median)
 rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$edge_pid/status")
