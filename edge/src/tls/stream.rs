@@ -255,3 +255,123 @@ impl<IO: AsyncWrite + Unpin> Write for SyncSocket<'_, '_, IO> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
+    use tokio_rustls::TlsConnector;
+
+    #[tokio::test]
+    async fn a_full_handshake_completes_before_accept_returns() {
+        let (server_config, client_config) = configs(false);
+        let (client_io, server_io) = duplex(64 * 1024);
+        let server = tokio::spawn(async move {
+            let mut tls = accept(server_io, server_config).await.unwrap();
+            assert!(
+                tls.handshake().is_done(),
+                "no early data: complete at accept"
+            );
+            let mut request = [0u8; 4];
+            tls.read_exact(&mut request).await.unwrap();
+            tls.write_all(b"pong").await.unwrap();
+            tls.flush().await.unwrap();
+            request
+        });
+        let mut client = connect(&client_config, client_io, false).await;
+        client.write_all(b"ping").await.unwrap();
+        client.flush().await.unwrap();
+        let mut answer = [0u8; 4];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"pong");
+        assert_eq!(&server.await.unwrap(), b"ping");
+    }
+
+    #[tokio::test]
+    async fn early_data_is_served_before_the_handshake_completes() {
+        let (server_config, client_config) = configs(true);
+        // A first connection leaves the client a ticket that allows early data.
+        let (client_io, server_io) = duplex(64 * 1024);
+        let config = Arc::clone(&server_config);
+        let first = tokio::spawn(async move {
+            let mut tls = accept(server_io, config).await.unwrap();
+            tls.write_all(b"hello").await.unwrap();
+            tls.flush().await.unwrap();
+            tls.shutdown().await.unwrap();
+        });
+        let mut client = connect(&client_config, client_io, false).await;
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        first.await.unwrap();
+
+        let (client_io, server_io) = duplex(64 * 1024);
+        let server = tokio::spawn(async move {
+            let mut tls = accept(server_io, server_config).await.unwrap();
+            let handshake = tls.handshake();
+            assert!(tls.accepted_early_data());
+            let mut request = [0u8; 5];
+            tls.read_exact(&mut request).await.unwrap();
+            let early = !handshake.is_done();
+            // Half-RTT: the answer leaves before the client's Finished was read.
+            tls.write_all(b"early answer").await.unwrap();
+            tls.flush().await.unwrap();
+            let mut more = [0u8; 4];
+            tls.read_exact(&mut more).await.unwrap();
+            (request, early, more, handshake.is_done())
+        });
+        let mut client = connect(&client_config, client_io, true).await;
+        client.write_all(b"early").await.unwrap();
+        client.flush().await.unwrap();
+        let mut answer = [0u8; 12];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"early answer");
+        assert!(client.get_ref().1.is_early_data_accepted());
+        client.write_all(b"late").await.unwrap();
+        client.flush().await.unwrap();
+        let (request, early, more, done) = server.await.unwrap();
+        assert_eq!(&request, b"early");
+        assert!(early, "read before the client's Finished: early");
+        assert_eq!(&more, b"late");
+        assert!(done, "the handshake completed underneath");
+    }
+
+    async fn connect(
+        config: &Arc<rustls::ClientConfig>,
+        io: DuplexStream,
+        early_data: bool,
+    ) -> tokio_rustls::client::TlsStream<DuplexStream> {
+        TlsConnector::from(Arc::clone(config))
+            .early_data(early_data)
+            .connect(ServerName::try_from("localhost").unwrap(), io)
+            .await
+            .unwrap()
+    }
+
+    fn configs(early_data: bool) -> (Arc<ServerConfig>, Arc<rustls::ClientConfig>) {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let generated = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let cert = generated.cert.der().clone();
+        let key =
+            rustls::pki_types::PrivateKeyDer::Pkcs8(generated.key_pair.serialize_der().into());
+        let mut server = ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
+        if early_data {
+            server.max_early_data_size = 1024;
+            server.send_half_rtt_data = true;
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let mut client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.enable_early_data = early_data;
+        (Arc::new(server), Arc::new(client))
+    }
+}
