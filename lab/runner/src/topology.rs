@@ -1,5 +1,5 @@
 //! The containerlab topology file, parsed once into what the namespace runner needs:
-//! nodes (their `exec` commands, `binds` and the services in their labels) and links.
+//! nodes (their `exec` commands, `binds` and the services in their `env`) and links.
 //! Pure: no I/O beyond what the caller reads, so the rules are tested here.
 
 use std::collections::BTreeMap;
@@ -31,6 +31,8 @@ pub struct Node {
     pub binds: Vec<String>,
     #[serde(default)]
     pub exec: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
 }
@@ -91,7 +93,7 @@ impl Topology {
             node.binds()
                 .with_context(|| format!("nodes.{name}.binds"))?;
             node.services()
-                .with_context(|| format!("nodes.{name}.labels"))?;
+                .with_context(|| format!("nodes.{name}.env"))?;
         }
         Ok(topology)
     }
@@ -153,20 +155,18 @@ impl Node {
             .collect()
     }
 
-    /// The services in `lab.start` order, each with its `lab.service.NAME` command.
+    /// The services in `LAB_START` order, each with its `LAB_SERVICE_<NAME>` command.
     pub fn services(&self) -> anyhow::Result<Vec<Service>> {
-        let Some(start) = self.labels.get(START_LABEL) else {
+        let Some(start) = self.env.get(START_VARIABLE) else {
             return Ok(Vec::new());
         };
         start
             .split_whitespace()
             .map(|name| {
-                let command = self
-                    .labels
-                    .get(&format!("{SERVICE_LABEL}{name}"))
-                    .with_context(|| {
-                        format!("{START_LABEL} names {name} but {SERVICE_LABEL}{name} is missing")
-                    })?;
+                let variable = service_variable(name);
+                let command = self.env.get(&variable).with_context(|| {
+                    format!("{START_VARIABLE} names {name} but {variable} is missing")
+                })?;
                 Ok(Service {
                     name: name.to_owned(),
                     command: command.clone(),
@@ -240,12 +240,20 @@ impl PathMap {
     }
 }
 
+/// `edge-xdp` → `LAB_SERVICE_EDGE_XDP`.
+fn service_variable(service: &str) -> String {
+    format!(
+        "{SERVICE_PREFIX}{}",
+        service.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
 fn is_path_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '-' | '_')
 }
 
-const START_LABEL: &str = "lab.start";
-const SERVICE_LABEL: &str = "lab.service.";
+const START_VARIABLE: &str = "LAB_START";
+const SERVICE_PREFIX: &str = "LAB_SERVICE_";
 const BIN_PREFIX: &str = "/usr/local/bin/";
 const NODE_PREFIXES: [&str; 3] = ["/etc", "/var", "/run"];
 /// IFNAMSIZ minus the terminating NUL.
@@ -264,10 +272,10 @@ topology:
       image: r:latest
       binds: ["r/bird.conf:/etc/bird/bird.conf"]
       exec: ["ip addr add 10.0.0.1/30 dev eth1"]
-      labels:
-        lab.start: bird agent
-        lab.service.bird: bird -c /etc/bird/bird.conf
-        lab.service.agent: /usr/local/bin/bgp-agent run
+      env:
+        LAB_START: bird bgp-agent
+        LAB_SERVICE_BIRD: bird -c /etc/bird/bird.conf
+        LAB_SERVICE_BGP_AGENT: /usr/local/bin/bgp-agent run
     p:
       kind: linux
       image: p:latest
@@ -307,9 +315,9 @@ topology:
         assert!(e.contains("already used"), "{e}");
         let e = error(&SMALL.replace("\"p:eth1\"", "\"p:an-interface-name-too-long\""));
         assert!(e.contains("not a valid interface name"), "{e}");
-        let e = error(&SMALL.replace("lab.start: bird agent", "lab.start: bird nats"));
+        let e = error(&SMALL.replace("LAB_START: bird bgp-agent", "LAB_START: bird nats"));
         assert!(
-            e.contains("nodes.r.labels") && e.contains("lab.service.nats"),
+            e.contains("nodes.r.env") && e.contains("LAB_SERVICE_NATS"),
             "{e}"
         );
         let e = error(&SMALL.replace(":/etc/bird/bird.conf", ":etc/bird.conf"));
