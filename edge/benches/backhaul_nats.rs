@@ -278,6 +278,7 @@ fn backhaul_settings(nats: &NatsServer) -> BackhaulSettings {
             nkey: None,
             tls: None,
             publish_timeout: Duration::from_secs(5),
+            reconnect_max: Duration::from_secs(1),
         }),
         max_in_flight: IN_FLIGHT,
         retry_base: Duration::from_millis(50),

@@ -74,6 +74,9 @@ pub struct NatsSettings {
     pub tls: Option<ClientTls>,
     #[serde(default = "default_publish_timeout", with = "humantime_serde")]
     pub publish_timeout: Duration,
+    /// Longest pause between reconnect attempts (exponential from 100ms, full jitter).
+    #[serde(default = "default_reconnect_max", with = "humantime_serde")]
+    pub reconnect_max: Duration,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -861,6 +864,12 @@ impl RawConfig {
                     if nats.stream.is_empty() {
                         err("backhaul.nats.stream".into(), "must not be empty");
                     }
+                    if nats.reconnect_max < Duration::from_millis(100) {
+                        err(
+                            "backhaul.nats.reconnect_max".into(),
+                            "must be at least 100ms (it caps a backoff that starts there)",
+                        );
+                    }
                     let auth = [
                         nats.credentials.is_some(),
                         nats.token.is_some(),
@@ -1019,6 +1028,10 @@ fn default_header_timeout() -> Duration {
 }
 fn default_h2_streams() -> u32 {
     128
+}
+fn default_reconnect_max() -> Duration {
+    // async-nats' own default grows to 4 s: a recovered origin waits up to that long.
+    Duration::from_secs(2)
 }
 fn default_h2_keepalive_interval() -> Duration {
     Duration::from_secs(20)

@@ -13,6 +13,7 @@ use async_nats::jetstream;
 use tokio::sync::OnceCell;
 
 use super::DeliveryError;
+use super::retry::{Backoff, unit_random};
 use crate::config::NatsSettings;
 use crate::metrics::{Metrics, Reason};
 use crate::spool::record::Record;
@@ -58,6 +59,7 @@ impl NatsSink {
             .ping_interval(Duration::from_secs(10))
             .connection_timeout(Duration::from_secs(5))
             .retry_on_initial_connect()
+            .reconnect_delay_callback(reconnect_delay(settings.reconnect_max))
             .event_callback(move |event| {
                 let metrics = Arc::clone(&events_metrics);
                 async move {
@@ -174,6 +176,19 @@ impl NatsSink {
     }
 }
 
+/// The pause before reconnect attempt `attempts` (1-based): at once, then exponential
+/// with full jitter up to `max`, so PoPs do not reconnect to a recovered origin together.
+fn reconnect_delay(max: Duration) -> impl Fn(usize) -> Duration + Send + Sync + 'static {
+    let backoff = Backoff {
+        base: RECONNECT_BASE,
+        max,
+    };
+    move |attempts| match attempts {
+        0 | 1 => Duration::ZERO,
+        n => backoff.delay(u32::try_from(n - 2).unwrap_or(u32::MAX), unit_random()),
+    }
+}
+
 fn retry(reason: &'static str, detail: String) -> DeliveryError {
     DeliveryError::Retry {
         reason,
@@ -197,3 +212,4 @@ fn token(value: &str) -> String {
 }
 
 const INITIAL_DIAL_WAIT: Duration = Duration::from_secs(2);
+const RECONNECT_BASE: Duration = Duration::from_millis(100);
