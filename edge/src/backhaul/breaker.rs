@@ -1,6 +1,8 @@
 //! A circuit breaker for the origin: after `failures` consecutive failed deliveries it
 //! opens and stops sending for `open_for`; then one probe is let through (half-open); a
-//! success closes it, a failure opens it again. Pure: time is an argument.
+//! success closes it, a failure opens it again. When the sink reports the origin
+//! reachable again (a reconnect), an open breaker goes half-open at once instead of
+//! sitting out `open_for`. Pure: time is an argument.
 
 use std::time::{Duration, Instant};
 
@@ -67,6 +69,13 @@ impl Breaker {
         self.probe_out = false;
     }
 
+    /// The origin is reachable again: let the probe through now.
+    pub fn on_origin_back(&mut self, now: Instant) {
+        if self.state(now) == State::Open {
+            self.opened_at = now.checked_sub(self.open_for).or(self.opened_at);
+        }
+    }
+
     pub fn on_failure(&mut self, now: Instant) {
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         let probe_failed = self.probe_out;
@@ -111,6 +120,25 @@ mod tests {
         assert_eq!(
             (b.state(again), b.permit(again)),
             (State::Closed, Permit::Send)
+        );
+    }
+
+    #[test]
+    fn a_reconnect_lets_the_probe_through_at_once() {
+        let t0 = Instant::now() + Duration::from_secs(60);
+        let mut b = Breaker::new(1, Duration::from_secs(30));
+        b.on_origin_back(t0);
+        assert_eq!(b.state(t0), State::Closed, "nothing to do when closed");
+        b.on_failure(t0);
+        let soon = t0 + Duration::from_secs(1);
+        assert_eq!(b.state(soon), State::Open);
+        b.on_origin_back(soon);
+        assert_eq!(b.permit(soon), Permit::Probe);
+        b.on_failure(soon);
+        assert_eq!(
+            b.permit(soon),
+            Permit::Wait(Duration::from_secs(30)),
+            "a failed probe opens it for the full time again"
         );
     }
 }

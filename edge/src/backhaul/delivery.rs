@@ -32,6 +32,7 @@ pub async fn run(
     let mut outstanding: BTreeMap<u64, u64> = BTreeMap::new();
     let mut pending = VecDeque::new();
     let mut deliveries = FuturesUnordered::new();
+    let origin_back = sink.origin_back();
     let shared = Arc::new(DeliveryContext {
         sink,
         breaker: Mutex::new(Breaker::new(
@@ -44,6 +45,7 @@ pub async fn run(
         },
         metrics: Arc::clone(&metrics),
         spool_dir: spool.dir().to_owned(),
+        origin_back,
     });
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -138,6 +140,8 @@ struct DeliveryContext {
     backoff: Backoff,
     metrics: Arc<Metrics>,
     spool_dir: std::path::PathBuf,
+    /// Signalled by the sink when a connection to the origin is (re)established.
+    origin_back: Arc<tokio::sync::Notify>,
 }
 
 impl DeliveryContext {
@@ -153,7 +157,7 @@ impl DeliveryContext {
                 .permit(Instant::now());
             self.publish_breaker_state();
             if let Permit::Wait(pause) = permit {
-                tokio::time::sleep(pause.min(Duration::from_secs(1))).await;
+                self.pause(pause.min(Duration::from_secs(1))).await;
                 continue;
             }
             let started = Instant::now();
@@ -208,8 +212,22 @@ impl DeliveryContext {
                         .max(after.unwrap_or_default());
                     tracing::debug!(seq = record.seq, reason, detail = %detail, pause_ms = pause.as_millis() as u64, "delivery failed; retrying");
                     attempt = attempt.saturating_add(1);
-                    tokio::time::sleep(pause).await;
+                    self.pause(pause).await;
                 }
+            }
+        }
+    }
+
+    /// Sleeps `pause`, or less when the origin is reachable again: the backlog goes out
+    /// as soon as the origin is back, not when the longest backoff runs out.
+    async fn pause(&self, pause: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = self.origin_back.notified() => {
+                self.breaker
+                    .lock()
+                    .expect("breaker lock")
+                    .on_origin_back(Instant::now());
             }
         }
     }

@@ -17,7 +17,7 @@ use http::{HeaderName, HeaderValue, Request, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::DeliveryError;
 use super::retry::{Backoff, parse_retry_after, unit_random};
@@ -32,6 +32,7 @@ pub struct HttpSink {
     timeout: Duration,
     slots: Vec<watch::Receiver<Option<Sender>>>,
     next: AtomicUsize,
+    pub(super) origin_back: Arc<Notify>,
 }
 
 impl HttpSink {
@@ -50,10 +51,12 @@ impl HttpSink {
             Some("http") => None,
             _ => anyhow::bail!("backhaul.http.url: must be http:// or https://"),
         };
+        let origin_back = Arc::new(Notify::new());
         let dialer = Arc::new(Dialer {
             uri: uri.clone(),
             tls,
             metrics,
+            origin_back: Arc::clone(&origin_back),
         });
         let mut slots = Vec::new();
         for _ in 0..settings.connections {
@@ -72,6 +75,7 @@ impl HttpSink {
             timeout: settings.timeout,
             slots,
             next: AtomicUsize::new(0),
+            origin_back,
         })
     }
 
@@ -160,6 +164,7 @@ struct Dialer {
     uri: Uri,
     tls: Option<tokio_rustls::TlsConnector>,
     metrics: Arc<Metrics>,
+    origin_back: Arc<Notify>,
 }
 
 impl Dialer {
@@ -177,6 +182,7 @@ impl Dialer {
                     self.metrics.backhaul_dials.inc();
                     self.metrics.backhaul_ready_connections.inc();
                     let _ = slot.send(Some(sender));
+                    self.origin_back.notify_waiters();
                     if let Err(e) = connection.await {
                         tracing::warn!(error = %e, origin = %self.uri, "backhaul: origin connection closed");
                     }

@@ -58,6 +58,15 @@ impl Sink {
         }
     }
 
+    /// Notified each time a connection to the origin is established (after an outage the
+    /// deliveries waiting on backoff go at once).
+    pub fn origin_back(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        match self {
+            Sink::Nats(sink) => std::sync::Arc::clone(&sink.origin_back),
+            Sink::Http(sink) => std::sync::Arc::clone(&sink.origin_back),
+        }
+    }
+
     pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
         match self {
             Sink::Nats(sink) => sink.deliver(record).await,

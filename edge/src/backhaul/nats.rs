@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use async_nats::HeaderMap;
 use async_nats::jetstream;
-use tokio::sync::OnceCell;
+use tokio::sync::{Notify, OnceCell};
 
 use super::DeliveryError;
 use super::retry::{Backoff, unit_random};
@@ -24,6 +24,7 @@ pub struct NatsSink {
     settings: NatsSettings,
     stream_ready: OnceCell<()>,
     metrics: Arc<Metrics>,
+    pub(super) origin_back: Arc<Notify>,
 }
 
 impl NatsSink {
@@ -54,6 +55,8 @@ impl NatsSink {
             }
         }
         let events_metrics = Arc::clone(&metrics);
+        let origin_back = Arc::new(Notify::new());
+        let reconnected = Arc::clone(&origin_back);
         let client = options
             .name(format!("edge-{pop}"))
             .ping_interval(Duration::from_secs(10))
@@ -62,11 +65,13 @@ impl NatsSink {
             .reconnect_delay_callback(reconnect_delay(settings.reconnect_max))
             .event_callback(move |event| {
                 let metrics = Arc::clone(&events_metrics);
+                let reconnected = Arc::clone(&reconnected);
                 async move {
                     match event {
                         async_nats::Event::Connected => {
                             metrics.backhaul_dials.inc();
                             metrics.backhaul_ready_connections.set(1);
+                            reconnected.notify_waiters();
                             tracing::info!("backhaul: connected to NATS");
                         }
                         async_nats::Event::Disconnected => {
@@ -99,6 +104,7 @@ impl NatsSink {
             settings: settings.clone(),
             stream_ready: OnceCell::new(),
             metrics,
+            origin_back,
         })
     }
 
