@@ -108,14 +108,10 @@ async fn handle_route(
             if app.slow_body_log.allow() {
                 tracing::info!(route = %entry.name, received, elapsed_ms = elapsed.as_millis() as u64, "request body below the minimum rate or past its deadline: 408 (logged at most once a second)");
             }
-            let mut response = json(
+            return closing(json(
                 StatusCode::REQUEST_TIMEOUT,
                 r#"{"error":"request body too slow"}"#,
-            );
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return response;
+            ));
         }
         Err(BodyError::Broken(e)) => {
             tracing::debug!(route = %entry.name, error = %e, "request body not received whole");
@@ -212,15 +208,11 @@ fn guard_early(app: &App, entry: &RouteEntry) -> Option<Response<ResponseBody>> 
     if app.too_early_log.allow() {
         tracing::info!(route = %entry.name, "early (0-RTT) request on a route that rejects it: 425 (logged at most once a second)");
     }
-    let mut response = json(
+    // Close: the sender retries on a fresh connection without early data.
+    Some(closing(json(
         StatusCode::TOO_EARLY,
         r#"{"error":"sent as TLS early data; retry after the handshake"}"#,
-    );
-    // Close: the sender retries on a fresh connection without early data.
-    response
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    Some(response)
+    )))
 }
 
 enum BodyError {
@@ -289,6 +281,14 @@ fn too_large(limit: u64) -> Response<ResponseBody> {
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!(r#"{{"error":"body larger than {limit} bytes"}}"#),
     )
+}
+
+/// `response` with `Connection: close`: the connection ends after it.
+fn closing(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 pub fn json(status: StatusCode, body: &str) -> Response<ResponseBody> {
