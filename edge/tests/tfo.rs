@@ -5,26 +5,22 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use ::lab::netns;
 use common::*;
 
 struct Netns(String);
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        netns::delete(&self.0);
     }
 }
 
 fn in_ns(ns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    netns::output(ns, args)
 }
 
 fn passive_tfo(ns: &str) -> u64 {
@@ -39,18 +35,7 @@ fn passive_tfo(ns: &str) -> u64 {
 #[test]
 fn second_curl_uses_fast_open_and_the_edge_counts_it() {
     let ns = Netns(format!("edge-tfo-{}", std::process::id()));
-    let _ = Command::new("ip")
-        .args(["netns", "del", &ns.0])
-        .stderr(Stdio::null())
-        .status();
-    assert!(
-        Command::new("ip")
-            .args(["netns", "add", &ns.0])
-            .status()
-            .unwrap()
-            .success()
-    );
-    in_ns(&ns.0, &["ip", "link", "set", "lo", "up"]);
+    netns::create(&ns.0).unwrap();
     in_ns(&ns.0, &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"]);
 
     let dir = tempfile::tempdir().unwrap();

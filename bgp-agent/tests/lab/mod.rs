@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use ::lab::netns;
 use std::time::{Duration, Instant};
@@ -54,15 +54,7 @@ impl Lab {
 
     /// Starts a process inside a namespace, logging to `log`.
     pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
-        let out = std::fs::File::create(self.path(log)).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap();
+        let child = netns::spawn_logged(ns, args, &self.path(log)).unwrap();
         let pid = child.id();
         self.children.push(child);
         pid

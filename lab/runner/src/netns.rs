@@ -2,7 +2,7 @@
 //! The runner names a node's namespace with [`namespace`] (prefixed, so nothing outside
 //! the lab is touched); test fixtures elsewhere in the workspace use their own names.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use anyhow::{Context, bail};
 
@@ -72,6 +72,33 @@ pub fn run_ok(ns: &str, command_line: &str) -> anyhow::Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Runs a program (argv, no shell) inside the namespace; its stdout, whatever its exit.
+pub fn output(ns: &str, args: &[&str]) -> String {
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Starts a program (argv, no shell) inside the namespace with its stdout and stderr
+/// appended to `log`; the caller owns (and stops) the child.
+pub fn spawn_logged(ns: &str, args: &[&str], log: &std::path::Path) -> std::io::Result<Child> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
 }
 
 /// A command prepared to run inside the namespace, in a session of its own so it

@@ -52,14 +52,7 @@ impl Lab {
     }
 
     pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
-        let out = std::fs::File::create(self.dir.path().join(log)).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap();
+        let child = netns::spawn_logged(ns, args, &self.dir.path().join(log)).unwrap();
         let pid = child.id();
         self.children.push(child);
         pid
@@ -92,12 +85,7 @@ impl Lab {
     }
 
     pub fn exec(&self, ns: &str, args: &[&str]) -> String {
-        let out = Command::new("ip")
-            .args(["netns", "exec", ns])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        netns::output(ns, args)
     }
 
     pub fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
