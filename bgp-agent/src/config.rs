@@ -155,7 +155,7 @@ pub enum CheckClass {
     Shared,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum SpeakerConfig {
     Exabgp {
@@ -193,20 +193,50 @@ pub struct GuardConfig {
     pub timeout: Duration,
 }
 
+/// Every problem found in a config file, each naming its field.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    pub file: PathBuf,
+    pub errors: Vec<(String, String)>,
+}
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (field, message)) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {field}: {message}", self.file.display())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
 impl Config {
-    pub fn load(path: &Path) -> anyhow::Result<Config> {
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let errors = |errors| ConfigErrors {
+            file: path.to_owned(),
+            errors,
+        };
         let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        Self::parse(&text)
-            .map_err(|(field, message)| anyhow::anyhow!("{}: {field}: {message}", path.display()))
+            .map_err(|e| errors(vec![("(file)".to_owned(), e.to_string())]))?;
+        Self::parse(&text).map_err(errors)
     }
 
-    pub fn parse(text: &str) -> Result<Config, (String, String)> {
+    /// Parses and validates YAML text; errors are `(field path, message)` pairs: the
+    /// first that stops parsing, or every rule the parsed file breaks.
+    pub fn parse(text: &str) -> Result<Config, Vec<(String, String)>> {
         let config: Config =
             serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
-                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
-        config.validate()?;
-        Ok(config)
+                .map_err(|e| vec![(e.path().to_string(), e.into_inner().to_string())])?;
+        let errors = config.validate();
+        if errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(errors)
+        }
     }
 
     pub fn policy(&self) -> Policy {
@@ -228,22 +258,47 @@ impl Config {
         self.state_dir.join("drain")
     }
 
-    fn validate(&self) -> Result<(), (String, String)> {
-        let fail = |field: &str, message: &str| Err((field.to_owned(), message.to_owned()));
+    /// The fields of `self` that differ from `running` and only take effect at a restart
+    /// (the listener, the speaker and what it announces).
+    pub fn needs_restart(&self, running: &Config) -> Vec<&'static str> {
+        let mut fields = Vec::new();
+        if self.pop != running.pop {
+            fields.push("pop");
+        }
+        if self.prefixes != running.prefixes {
+            fields.push("prefixes");
+        }
+        if self.state_dir != running.state_dir {
+            fields.push("state_dir");
+        }
+        if self.admin_listen != running.admin_listen {
+            fields.push("admin_listen");
+        }
+        if self.speaker != running.speaker {
+            fields.push("speaker");
+        }
+        fields
+    }
+
+    fn validate(&self) -> Vec<(String, String)> {
+        let mut errors = Vec::new();
+        let mut fail = |field: &str, message: &str| {
+            errors.push((field.to_owned(), message.to_owned()));
+        };
         if self.prefixes.is_empty() {
-            return fail("prefixes", "must list at least one prefix");
+            fail("prefixes", "must list at least one prefix");
         }
-        if self.rise == 0 || self.fall == 0 {
-            return fail(
-                if self.rise == 0 { "rise" } else { "fall" },
-                "must be at least 1",
-            );
+        if self.rise == 0 {
+            fail("rise", "must be at least 1");
         }
-        if self.interval.is_zero()
-            || self.fast_interval.is_zero()
-            || self.fast_interval > self.interval
-        {
-            return fail(
+        if self.fall == 0 {
+            fail("fall", "must be at least 1");
+        }
+        if self.interval.is_zero() {
+            fail("interval", "must be positive");
+        }
+        if self.fast_interval.is_zero() || self.fast_interval > self.interval {
+            fail(
                 "fast_interval",
                 "must be positive and not longer than interval",
             );
@@ -251,13 +306,13 @@ impl Config {
         if let Some(d) = &self.dampening
             && !(d.reuse < d.suppress && d.penalty > 0.0 && !d.half_life.is_zero())
         {
-            return fail(
+            fail(
                 "dampening",
                 "needs reuse < suppress, a positive penalty and half_life",
             );
         }
         if !self.checks.iter().any(|c| c.class == CheckClass::Local) {
-            return fail(
+            fail(
                 "checks",
                 "needs at least one local check (shared checks never withdraw)",
             );
@@ -265,12 +320,12 @@ impl Config {
         if let Some(guard) = &self.guard
             && guard.peers.len() < guard.min_other_pops_announcing
         {
-            return fail(
+            fail(
                 "guard.min_other_pops_announcing",
                 "is larger than the number of peers",
             );
         }
-        Ok(())
+        errors
     }
 }
 
@@ -365,21 +420,18 @@ speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/b
 
     #[test]
     fn errors_name_the_field() {
-        let (field, message) =
-            Config::parse(&GOOD.replace("pop: fra1", "pop: fra1\nrisee: 3")).unwrap_err();
+        let first = |text: &str| Config::parse(text).unwrap_err().remove(0);
+        let (field, message) = first(&GOOD.replace("pop: fra1", "pop: fra1\nrisee: 3"));
         assert_eq!(field, "risee");
         assert!(message.contains("unknown field `risee`"), "{message}");
-        let (field, _) =
-            Config::parse(&GOOD.replace("192.0.2.10/32", "192.0.2.300/32")).unwrap_err();
+        let (field, _) = first(&GOOD.replace("192.0.2.10/32", "192.0.2.300/32"));
         assert_eq!(field, "prefixes[0]");
-        let (field, _) =
-            Config::parse(&GOOD.replace("class: shared", "class: global")).unwrap_err();
+        let (field, _) = first(&GOOD.replace("class: shared", "class: global"));
         assert_eq!(field, "checks[1].class");
-        let (field, _) =
-            Config::parse(&GOOD.replace("kind: tcp,", "kind: tcp, urll: x,")).unwrap_err();
+        let (field, _) = first(&GOOD.replace("kind: tcp,", "kind: tcp, urll: x,"));
         assert_eq!(field, "checks[1].urll");
         let no_address = GOOD.replace("kind: tcp, address: \"127.0.0.1:4222\",", "kind: tcp,");
-        let (field, message) = Config::parse(&no_address).unwrap_err();
+        let (field, message) = first(&no_address);
         assert_eq!(field, "checks[1]");
         assert!(message.contains("this kind needs `address`"), "{message}");
         let only_shared = GOOD
@@ -391,6 +443,34 @@ speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/b
                 "  - { name: maintenance, kind: file, path: /etc/edge/maintenance }\n",
                 "",
             );
-        assert_eq!(Config::parse(&only_shared).unwrap_err().0, "checks");
+        assert_eq!(first(&only_shared).0, "checks");
+    }
+
+    #[test]
+    fn every_broken_rule_is_named_at_once() {
+        let bad = GOOD.replace(
+            "pop: fra1",
+            "pop: fra1\nrise: 0\nfall: 0\nfast_interval: 2s",
+        );
+        let fields: Vec<String> = Config::parse(&bad)
+            .unwrap_err()
+            .into_iter()
+            .map(|(field, _)| field)
+            .collect();
+        assert_eq!(fields, ["rise", "fall", "fast_interval"]);
+    }
+
+    #[test]
+    fn restart_only_fields_are_reported() {
+        let running = Config::parse(GOOD).unwrap();
+        let live = Config::parse(&GOOD.replace("pop: fra1", "pop: fra1\nrise: 4")).unwrap();
+        assert!(live.needs_restart(&running).is_empty());
+        let moved = Config::parse(
+            &GOOD
+                .replace("9181", "9182")
+                .replace("/run/bird/bird.ctl", "/run/bird/other.ctl"),
+        )
+        .unwrap();
+        assert_eq!(moved.needs_restart(&running), ["admin_listen", "speaker"]);
     }
 }

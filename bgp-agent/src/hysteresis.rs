@@ -111,6 +111,12 @@ impl Machine {
         self.decide(now)
     }
 
+    /// A reloaded policy: streaks, penalty, hold-down and route carry over, so a reload
+    /// never moves the route by itself; the next round decides under the new rules.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+    }
+
     /// A withdraw the caller could not carry out (the peer guard vetoed it): the route
     /// stays announced and the next unhealthy round asks again.
     pub fn withdraw_vetoed(&mut self) {
@@ -282,6 +288,22 @@ mod tests {
             vec![(200, Change::Announce)]
         );
         assert_eq!(m.route(), Route::Announced);
+    }
+
+    #[test]
+    fn a_new_policy_keeps_the_route_and_applies_from_the_next_round() {
+        let mut m = Machine::new(policy());
+        run(&mut m, 0, 100, &[true; 3]);
+        assert_eq!(m.route(), Route::Announced);
+        let mut stricter = policy();
+        stricter.fall = 4;
+        m.set_policy(stricter);
+        assert_eq!(m.route(), Route::Announced);
+        assert_eq!(run(&mut m, 300, 100, &[false; 3]), vec![]);
+        assert_eq!(
+            run(&mut m, 600, 100, &[false]),
+            vec![(600, Change::Withdraw)]
+        );
     }
 
     #[test]
