@@ -42,6 +42,13 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Withdraw the prefixes through the configured speaker without running the agent:
+    /// what a supervisor runs after the agent exits (systemd `ExecStopPost=`), so a dead
+    /// agent never leaves the route announced. BIRD only.
+    Withdraw {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -54,14 +61,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    bgp_agent::exit_on_panic();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let result = match cli.command {
-        Command::Run { config } => {
-            load(&config).and_then(|c| runtime.block_on(bgp_agent::agent::run(c)))
+        Command::Run { config: path } => {
+            load(&path).and_then(|config| runtime.block_on(bgp_agent::agent::run(path, config)))
         }
         Command::CheckConfig { config } => {
             load(&config).map(|c| println!("{}: ok ({} checks)", config.display(), c.checks.len()))
@@ -79,6 +87,11 @@ fn main() -> ExitCode {
         Command::Undrain { config } => {
             load(&config).and_then(|c| runtime.block_on(set_drain(&c, false)))
         }
+        Command::Withdraw { config } => load(&config).and_then(|c| {
+            runtime.block_on(bgp_agent::speaker::withdraw_out_of_band(&c))?;
+            println!("withdrawn: {} prefixes", c.prefixes.len());
+            Ok(())
+        }),
     };
     // The ExaBGP speaker reads stdin on a blocking thread that never returns by itself:
     // do not let it hold the process after the agent is done.
@@ -93,7 +106,7 @@ fn main() -> ExitCode {
 }
 
 fn load(path: &std::path::Path) -> anyhow::Result<bgp_agent::config::Config> {
-    bgp_agent::config::Config::load(path)
+    bgp_agent::config::Config::load(path).map_err(anyhow::Error::new)
 }
 
 /// Writes or removes the drain flag; on drain, waits (up to 30 s) for the running agent to

@@ -6,7 +6,7 @@ pub mod exabgp;
 
 use ipnet::IpNet;
 
-use crate::config::SpeakerConfig;
+use crate::config::{Config, SpeakerConfig};
 use crate::hysteresis::Route;
 
 pub enum Speaker {
@@ -35,5 +35,22 @@ impl Speaker {
             Speaker::Exabgp(s) => s.apply(route).await,
             Speaker::Bird(s) => s.apply(route).await,
         }
+    }
+}
+
+/// Withdraws every prefix without a running agent (`bgp-agent withdraw`). Only BIRD can
+/// be told from outside: ExaBGP takes commands from its own API process alone, and
+/// respawns that process when it dies, and the fresh agent withdraws first.
+pub async fn withdraw_out_of_band(config: &Config) -> anyhow::Result<()> {
+    match &config.speaker {
+        SpeakerConfig::Bird { .. } => {
+            bird::Bird::new(&config.speaker, config.prefixes.clone())
+                .apply(Route::Withdrawn)
+                .await
+        }
+        SpeakerConfig::Exabgp { .. } => anyhow::bail!(
+            "speaker exabgp: nothing to withdraw from outside; ExaBGP respawns the agent, \
+             which starts withdrawn (stop ExaBGP to take the session down)"
+        ),
     }
 }
