@@ -1,8 +1,11 @@
 //! `bgp-agent run`: every round, run the checks, feed the hysteresis, consult the peer
 //! guard before a health withdraw, and make the speaker carry the decision. Serves
-//! `/status` (JSON) and `/metrics` on the admin listener.
+//! `/status` (JSON) and `/metrics` on the admin listener. SIGHUP re-reads the config:
+//! checks, timers and the guard change live; an invalid file is refused and the running
+//! config kept.
 
 use std::convert::Infallible;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,7 +21,7 @@ use crate::config::{CheckClass, Config};
 use crate::guard;
 use crate::hysteresis::{Change, Machine, Route, Why};
 use crate::metrics::{
-    ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, SpeakerLabel,
+    ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, ReloadLabel, SpeakerLabel,
 };
 use crate::speaker::Speaker;
 
@@ -38,7 +41,7 @@ pub struct Status {
     pub checks: Vec<Outcome>,
 }
 
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&config.pop));
     std::fs::create_dir_all(&config.state_dir)
         .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
@@ -83,6 +86,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut drained = false;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     let mut previous: Vec<Option<bool>> = vec![None; config.checks.len()];
     let mut last_runs: Vec<Option<(Instant, Outcome)>> = vec![None; config.checks.len()];
     tracing::info!(prefixes = ?config.prefixes, speaker = speaker.kind(), "bgp-agent started withdrawn");
@@ -168,6 +172,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             _ = tokio::time::sleep(pause) => {}
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
+            _ = hangup.recv() => {
+                if let Some(reloaded) = reload(&path, &config, &metrics) {
+                    config = reloaded;
+                    machine.set_policy(config.policy());
+                    previous = vec![None; config.checks.len()];
+                    last_runs = vec![None; config.checks.len()];
+                }
+            }
         }
     }
     if config.withdraw_on_exit && applied != Some(Route::Withdrawn) {
@@ -184,6 +196,45 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("bgp-agent stopped");
     Ok(())
+}
+
+/// Re-reads the config file: `Some` new config to run with (restart-only fields kept
+/// as they run), or `None` when the file is invalid. Logged and counted either way.
+fn reload(path: &Path, running: &Config, metrics: &Metrics) -> Option<Config> {
+    let result = |result| ReloadLabel { result };
+    match Config::load(path) {
+        Ok(mut new) => {
+            let needs_restart = new.needs_restart(running);
+            if !needs_restart.is_empty() {
+                tracing::warn!(
+                    fields = ?needs_restart,
+                    "config reload: these fields change only at a restart; running with their old values"
+                );
+            }
+            new.pop = running.pop.clone();
+            new.prefixes = running.prefixes.clone();
+            new.state_dir = running.state_dir.clone();
+            new.admin_listen = running.admin_listen;
+            new.speaker = running.speaker.clone();
+            metrics.config_reloads.get_or_create(&result("ok")).inc();
+            tracing::info!(
+                checks = new.checks.len(),
+                interval_ms = new.interval.as_millis() as u64,
+                rise = new.rise,
+                fall = new.fall,
+                "config reloaded"
+            );
+            Some(new)
+        }
+        Err(errors) => {
+            metrics
+                .config_reloads
+                .get_or_create(&result("failed"))
+                .inc();
+            tracing::error!("config reload refused; keeping the running config:\n{errors}");
+            None
+        }
+    }
 }
 
 async fn apply(

@@ -35,6 +35,11 @@ pub struct SpeakerLabel {
     pub speaker: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabel {
+    pub result: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub announced: Family<PrefixLabel, Gauge>,
@@ -47,6 +52,7 @@ pub struct Metrics {
     pub guard_blocked: Counter,
     pub speaker_seconds: Family<SpeakerLabel, Histogram>,
     pub speaker_errors: Family<SpeakerLabel, Counter>,
+    pub config_reloads: Family<ReloadLabel, Counter>,
 }
 
 impl Metrics {
@@ -71,6 +77,7 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 14))
             }),
             speaker_errors: Family::default(),
+            config_reloads: Family::default(),
         };
         registry.register(
             "announced",
@@ -113,6 +120,11 @@ impl Metrics {
             "speaker_errors",
             "Speaker failures",
             m.speaker_errors.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Config reloads on SIGHUP, by result (ok, failed: the running config was kept)",
+            m.config_reloads.clone(),
         );
         Self { registry, ..m }
     }
