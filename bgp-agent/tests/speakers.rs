@@ -11,6 +11,8 @@ use lab::*;
 use nix::sys::signal::Signal;
 
 const ADMIN_PORT: u16 = 19181;
+/// The lab's supervisor: Restart= and ExecStopPost= where there is no systemd.
+const SUPERVISE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../lab/images/supervise.sh");
 const EDGE_PORT: u16 = 19180;
 
 fn wait_up(lab: &Lab, what: &str) -> Duration {
@@ -100,6 +102,19 @@ fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
         .trim()
         .parse()
         .unwrap();
+    // SIGHUP (what `systemctl reload` sends) reloads: same process, route kept.
+    lab.kill(agent_pid, Signal::SIGHUP);
+    lab.wait_log("exabgp.log", "config reloaded", Duration::from_secs(3));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(lab.upstream_has_vip(), "the route moved on SIGHUP");
+    assert_eq!(
+        lab.log("exabgp.log")
+            .matches("bgp-agent started withdrawn")
+            .count(),
+        1,
+        "SIGHUP ended the agent"
+    );
+
     lab.kill(agent_pid, Signal::SIGTERM);
     wait_down(&lab, "agent SIGTERM", Duration::from_secs(3));
     wait_up(&lab, "respawned agent");
@@ -154,6 +169,139 @@ fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
 #[test]
 fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
     let mut lab = Lab::new("b");
+    let config = bird_pop(&mut lab);
+    let pop = lab.pop.clone();
+    let agent = lab.spawn(
+        &pop,
+        &[agent_bin(), "run", "--config", config.to_str().unwrap()],
+        "agent.log",
+    );
+    let flag = lab.path("ready");
+
+    let withdraw = exercise_health_and_drain(&lab, &flag, &config);
+    println!("bird: readiness failure -> upstream FIB delete in {withdraw:?}");
+    assert!(
+        std::fs::read_to_string(lab.path("anycast.conf"))
+            .unwrap()
+            .contains("192.0.2.10/32")
+    );
+
+    lab.kill(agent, Signal::SIGTERM);
+    wait_down(&lab, "agent SIGTERM", Duration::from_secs(3));
+    assert!(
+        lab.wait_exit(agent, Duration::from_secs(3)),
+        "agent did not exit"
+    );
+    let log = lab.log("agent.log");
+    assert!(log.contains("withdrawing before exit"), "{log}");
+}
+
+/// The agent as the lab and the package run it: under a supervisor that runs
+/// `bgp-agent withdraw` after any exit and restarts it. SIGHUP reloads (a valid file
+/// takes effect, an invalid one is refused) without touching the route; kill -9 takes
+/// the route away within a second and the restarted agent brings it back after `rise`.
+#[test]
+fn bird_agent_reloads_on_sighup_and_a_killed_agent_is_withdrawn_by_its_supervisor() {
+    let mut lab = Lab::new("s");
+    let config = bird_pop(&mut lab);
+    let config_arg = config.to_str().unwrap();
+    let withdraw = format!("{} withdraw --config {config_arg}", agent_bin());
+    let pop = lab.pop.clone();
+    let supervisor = lab.spawn(
+        &pop,
+        &[
+            "bash",
+            SUPERVISE,
+            &withdraw,
+            agent_bin(),
+            "run",
+            "--config",
+            config_arg,
+        ],
+        "agent.log",
+    );
+    wait_up(&lab, "start");
+    let agent = lab.child_of(supervisor);
+    let fast = check_rounds_per_second(&lab);
+    assert!(fast >= 5.0, "interval 100ms but {fast} check rounds/s");
+
+    // A valid change: checks every second instead of every 100 ms.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("interval: 100ms", "interval: 1s")).unwrap();
+    lab.kill(agent, Signal::SIGHUP);
+    let slow = check_rounds_per_second(&lab);
+    assert!(
+        slow <= 2.0,
+        "interval 1s after SIGHUP but {slow} check rounds/s"
+    );
+    assert_eq!(
+        lab.child_of(supervisor),
+        agent,
+        "SIGHUP restarted the agent"
+    );
+    assert!(lab.upstream_has_vip(), "the route moved on reload");
+
+    // An invalid file: refused with every bad field named, the running config kept.
+    std::fs::write(
+        &config,
+        text.replace("rise: 3", "rise: 0")
+            .replace("fall: 2", "fall: 0"),
+    )
+    .unwrap();
+    lab.kill(agent, Signal::SIGHUP);
+    let refused = lab.wait_log("agent.log", "config reload refused", Duration::from_secs(3));
+    assert!(
+        refused.contains(": rise: must be at least 1")
+            && refused.contains(": fall: must be at least 1"),
+        "{refused}"
+    );
+    let metrics = lab.pop_exec(&[
+        "curl",
+        "-s",
+        &format!("http://127.0.0.1:{ADMIN_PORT}/metrics"),
+    ]);
+    assert!(
+        metrics.contains("bgp_agent_config_reloads_total{pop=\"test\",result=\"failed\"} 1")
+            && metrics.contains("bgp_agent_config_reloads_total{pop=\"test\",result=\"ok\"} 1"),
+        "{metrics}"
+    );
+    let kept = check_rounds_per_second(&lab);
+    assert!(
+        kept <= 2.0,
+        "the refused file changed the interval: {kept} rounds/s"
+    );
+    assert_eq!(lab.child_of(supervisor), agent);
+    assert!(
+        lab.upstream_has_vip(),
+        "the route moved on a refused reload"
+    );
+    std::fs::write(&config, &text).unwrap();
+
+    // kill -9: no SIGTERM path runs in the agent; its supervisor withdraws.
+    lab.kill(agent, Signal::SIGKILL);
+    let gone = wait_down(&lab, "agent kill -9", Duration::from_secs(3));
+    assert!(
+        gone < Duration::from_secs(1),
+        "withdrawn {gone:?} after kill -9"
+    );
+    let back = wait_up(&lab, "restarted agent");
+    let restarted = lab.child_of(supervisor);
+    assert_ne!(restarted, agent);
+    let log = lab.log("agent.log");
+    assert!(log.contains("exited with status 137"), "{log}");
+    println!(
+        "bird under supervision: kill -9 -> upstream FIB delete in {gone:?}, back after {back:?}"
+    );
+
+    // Stopping the supervisor stops the agent, which withdraws.
+    lab.kill(supervisor, Signal::SIGTERM);
+    wait_down(&lab, "supervisor SIGTERM", Duration::from_secs(3));
+    assert!(lab.wait_exit(supervisor, Duration::from_secs(5)));
+}
+
+/// Real BIRD as the PoP's speaker, its include file, a ready fake edge, and the agent's
+/// config for it (returned).
+fn bird_pop(lab: &mut Lab) -> std::path::PathBuf {
     lab.start_upstream_bird();
     let flag = lab.path("ready");
     std::fs::write(&flag, "").unwrap();
@@ -170,28 +318,24 @@ fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
         include.display(),
         socket.display()
     );
-    let config = agent_config(&lab, ADMIN_PORT, EDGE_PORT, &speaker);
-    let pop = lab.pop.clone();
-    let agent = lab.spawn(
-        &pop,
-        &[agent_bin(), "run", "--config", config.to_str().unwrap()],
-        "agent.log",
-    );
+    agent_config(lab, ADMIN_PORT, EDGE_PORT, &speaker)
+}
 
-    let withdraw = exercise_health_and_drain(&lab, &flag, &config);
-    println!("bird: readiness failure -> upstream FIB delete in {withdraw:?}");
-    assert!(
-        std::fs::read_to_string(&include)
-            .unwrap()
-            .contains("192.0.2.10/32")
-    );
-
-    lab.kill(agent, Signal::SIGTERM);
-    wait_down(&lab, "agent SIGTERM", Duration::from_secs(3));
-    assert!(
-        lab.wait_exit(agent, Duration::from_secs(3)),
-        "agent did not exit"
-    );
-    let log = lab.log("agent.log");
-    assert!(log.contains("withdrawing before exit"), "{log}");
+/// Check rounds the agent ran per second, from its own counter over two seconds.
+fn check_rounds_per_second(lab: &Lab) -> f64 {
+    let rounds = || -> f64 {
+        lab.pop_exec(&[
+            "curl",
+            "-s",
+            &format!("http://127.0.0.1:{ADMIN_PORT}/metrics"),
+        ])
+        .lines()
+        .filter(|line| line.starts_with("bgp_agent_check_results_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rounds();
+    std::thread::sleep(Duration::from_secs(2));
+    (rounds() - before) / 2.0
 }

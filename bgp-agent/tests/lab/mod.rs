@@ -242,6 +242,45 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The PID of `parent`'s only child (a supervised process); panics if it has none.
+    pub fn child_of(&self, parent: u32) -> u32 {
+        let started = Instant::now();
+        loop {
+            let out = Command::new("pgrep")
+                .args(["-P", &parent.to_string()])
+                .output()
+                .unwrap();
+            if let Some(pid) = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .and_then(|l| l.trim().parse().ok())
+            {
+                return pid;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{parent} has no child"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the log `name` contains `needle`; returns the log from there on.
+    pub fn wait_log(&self, name: &str, needle: &str, limit: Duration) -> String {
+        let started = Instant::now();
+        loop {
+            let log = self.log(name);
+            if let Some(at) = log.find(needle) {
+                return log[at..].to_owned();
+            }
+            assert!(
+                started.elapsed() < limit,
+                "{name} never said {needle:?}:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap_or_default()
     }

@@ -16,6 +16,7 @@ fn anycast_scenarios() {
     reach(&lab);
     pop_failure(&lab);
     drain(&lab);
+    agent_crash(&lab);
     link_failure(&lab, "pop-a", "the BGP hold timer (3 s)");
     link_failure(&lab, "pop-b", "BFD (300 ms x 3)");
     attack(&lab);
@@ -125,6 +126,45 @@ fn drain(lab: &LabCli) {
     println!(
         "scenario drain: withdrawn {} ms after `drain`, edge restarted, re-announced {} ms after undrain; {failed} of {} requests failed",
         drained.as_millis(),
+        back.as_millis(),
+        outcomes.len()
+    );
+}
+
+/// kill -9 of pop-b's agent (BIRD speaker) under load: its supervisor runs `bgp-agent
+/// withdraw`, so the route leaves the router within a second although the edge is fine,
+/// and the restarted agent announces again after its rise.
+fn agent_crash(lab: &LabCli) {
+    let supervisor = lab.service_pid("pop-b", "bgp-agent");
+    let children = lab.run(&[
+        "exec",
+        "pop-b",
+        "--",
+        "pgrep",
+        "-P",
+        &supervisor.to_string(),
+    ]);
+    let agent: i32 = children.trim().parse().expect("one supervised agent");
+    let load = lab.load("agentkill", 50, Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(2));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let withdrawn = lab.wait_next_hops(1, Duration::from_secs(5));
+    assert!(
+        withdrawn < Duration::from_secs(1),
+        "route still at the router {withdrawn:?} after the agent died"
+    );
+    let back = lab.wait_next_hops(2, Duration::from_secs(20));
+    let outcomes = load.finish(lab);
+    let failed = outcomes.iter().filter(|o| !o.acked()).count();
+    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(15));
+    assert_eq!((missing, duplicated), (0, 0));
+    println!(
+        "scenario agent-crash: kill -9 of pop-b's agent -> withdrawn at the router after {} ms, announced again {} ms later; {failed} of {} requests failed",
+        withdrawn.as_millis(),
         back.as_millis(),
         outcomes.len()
     );
@@ -317,6 +357,22 @@ impl LabCli {
             String::from_utf8_lossy(&output.stderr)
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// A running service's PID, as `lab status` reports it.
+    fn service_pid(&self, node: &str, service: &str) -> i32 {
+        let status = self.run(&["status"]);
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(node))
+            .unwrap_or_else(|| panic!("no {node} in {status}"));
+        let marker = format!(" {service}(");
+        let at = line.find(&marker).expect("service listed") + marker.len();
+        line[at..]
+            .split(')')
+            .next()
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("{service} on {node} is not running: {line}"))
     }
 
     fn spawn(&self, args: &[&str]) -> Child {
