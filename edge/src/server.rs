@@ -1,10 +1,13 @@
 //! Accepting client connections: the accept loop (with EMFILE back-off), the TLS
 //! handshake under a deadline, and one hyper connection per client, all stoppable for a
-//! graceful shutdown.
+//! graceful shutdown. What a reload may change ([`Live`]) is swapped atomically: a new
+//! connection takes the TLS config in force when it arrives, a request the routes in
+//! force when it starts, and both keep theirs to the end.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -15,18 +18,24 @@ use tokio::sync::watch;
 use crate::conn_limits::{ConnTable, Source};
 use crate::http::App;
 use crate::http::webhook::{self, Arrival};
-use crate::metrics::{Handshake, Reason};
+use crate::metrics::{Handshake, Metrics, Reason};
 use crate::sockets::is_fd_exhaustion;
 
 pub struct Server {
-    pub app: Arc<App>,
-    pub tls: Arc<rustls::ServerConfig>,
+    pub live: ArcSwap<Live>,
+    pub metrics: Arc<Metrics>,
     pub http: Arc<auto::Builder<TokioExecutor>>,
-    pub handshake_timeout: Duration,
     pub deadlines: crate::deadline_io::Deadlines,
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
     pub refusal_log: crate::log_throttle::LogThrottle,
+}
+
+/// The settings a reload replaces: routes and request limits, certificates and TLS.
+pub struct Live {
+    pub app: Arc<App>,
+    pub tls: Arc<rustls::ServerConfig>,
+    pub handshake_timeout: Duration,
 }
 
 impl Server {
@@ -81,8 +90,7 @@ impl Server {
                         Err(refusal) => {
                             // Closed before the handshake: an over-cap source costs one accept.
                             drop(stream);
-                            self.app
-                                .metrics
+                            self.metrics
                                 .connections_refused
                                 .get_or_create(&Reason {
                                     reason: refusal.reason(),
@@ -95,8 +103,7 @@ impl Server {
                     }
                 }
                 Err(e) if is_fd_exhaustion(&e) => {
-                    self.app
-                        .metrics
+                    self.metrics
                         .accept_errors
                         .get_or_create(&Reason {
                             reason: "fd_exhausted",
@@ -107,8 +114,7 @@ impl Server {
                     backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
                 }
                 Err(e) => {
-                    self.app
-                        .metrics
+                    self.metrics
                         .accept_errors
                         .get_or_create(&Reason { reason: "other" })
                         .inc();
@@ -125,7 +131,7 @@ impl Server {
         source: Source,
         watcher: hyper_util::server::graceful::Watcher,
     ) {
-        let metrics = &self.app.metrics;
+        let metrics = &self.metrics;
         metrics.open_connections.inc();
         if crate::sockets::syn_carried_data(&stream) {
             metrics.tfo_accepted.inc();
@@ -147,8 +153,9 @@ impl Server {
                 }
             }
         });
-        let accepting = crate::tls::stream::accept(stream, Arc::clone(&self.tls));
-        let mut tls = match tokio::time::timeout(self.handshake_timeout, accepting).await {
+        let live = self.live.load_full();
+        let accepting = crate::tls::stream::accept(stream, Arc::clone(&live.tls));
+        let mut tls = match tokio::time::timeout(live.handshake_timeout, accepting).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
                 metrics
@@ -183,14 +190,15 @@ impl Server {
             metrics.early_data_connections.inc();
         }
 
-        let app = Arc::clone(&self.app);
+        drop(live);
+        let server = Arc::clone(&self);
         let handshake = tls.handshake();
         let service = service_fn(move |request| {
             // Before the client's Finished, nothing proves the request is not a replay.
             let arrival = Arrival {
                 early: !handshake.is_done(),
             };
-            webhook::handle(Arc::clone(&app), arrival, request)
+            webhook::handle(Arc::clone(&server.live.load().app), arrival, request)
         });
         let connection = self
             .http

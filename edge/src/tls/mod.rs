@@ -22,6 +22,37 @@ use tickets::SharedTickets;
 pub fn server_config(
     settings: &TlsSettings,
 ) -> anyhow::Result<(Arc<ServerConfig>, Option<Arc<SharedTickets>>)> {
+    let mut config = identity_and_policy(settings)?;
+    // Stateful sessions are taken out of the cache on use: every ticket resumes (and
+    // carries early data) once, which is rustls' anti-replay for 0-RTT.
+    config.session_storage = ServerSessionMemoryCache::new(settings.session_cache);
+    let shared = match &settings.session_tickets {
+        SessionTickets::Stateful => None,
+        SessionTickets::Shared { key_file, lifetime } => {
+            let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
+            let tickets = Arc::new(SharedTickets::load(key_file, lifetime)?);
+            config.ticketer = Arc::clone(&tickets) as Arc<dyn rustls::server::ProducesTickets>;
+            Some(tickets)
+        }
+    };
+    Ok((Arc::new(config), shared))
+}
+
+/// A new config from reloaded settings (certificates re-read from disk, SNI names,
+/// versions, 0-RTT) that keeps the running one's session cache and ticket keys, so
+/// sessions made before the reload still resume.
+pub fn reloaded_config(
+    settings: &TlsSettings,
+    running: &ServerConfig,
+) -> anyhow::Result<Arc<ServerConfig>> {
+    let mut config = identity_and_policy(settings)?;
+    config.session_storage = Arc::clone(&running.session_storage);
+    config.ticketer = Arc::clone(&running.ticketer);
+    Ok(Arc::new(config))
+}
+
+/// Certificates, versions, ALPN and the 0-RTT policy: everything but session resumption.
+fn identity_and_policy(settings: &TlsSettings) -> anyhow::Result<ServerConfig> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let default = match &settings.identity {
         Identity::Files { cert, key } => {
@@ -45,25 +76,13 @@ pub fn server_config(
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SniResolver { default, by_name }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    // Stateful sessions are taken out of the cache on use: every ticket resumes (and
-    // carries early data) once, which is rustls' anti-replay for 0-RTT.
-    config.session_storage = ServerSessionMemoryCache::new(settings.session_cache);
     if let Some(max_bytes) = settings.early_data {
         config.max_early_data_size = max_bytes;
         // The answer to an early request leaves before the client's Finished: the point
         // of 0-RTT for a sender waiting on its ack.
         config.send_half_rtt_data = true;
     }
-    let shared = match &settings.session_tickets {
-        SessionTickets::Stateful => None,
-        SessionTickets::Shared { key_file, lifetime } => {
-            let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
-            let tickets = Arc::new(SharedTickets::load(key_file, lifetime)?);
-            config.ticketer = Arc::clone(&tickets) as Arc<dyn rustls::server::ProducesTickets>;
-            Some(tickets)
-        }
-    };
-    Ok((Arc::new(config), shared))
+    Ok(config)
 }
 
 /// Picks the certificate for the client's SNI name, else the default identity.
