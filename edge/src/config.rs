@@ -244,6 +244,49 @@ pub fn parse(text: &str) -> Result<Settings, Vec<(String, String)>> {
     raw.validate()
 }
 
+/// The settings of `new` (a config file as YAML) that differ from `running` and change
+/// only at a restart: sockets, the spool, the backhaul, connection caps, session
+/// resumption and the per-connection HTTP limits. Routes, secrets, certificates, TLS
+/// versions, 0-RTT, body-rate and request limits change live.
+pub fn restart_only_changes(
+    running: &serde_yaml::Value,
+    new: &serde_yaml::Value,
+) -> Vec<&'static str> {
+    let at = |yaml: &serde_yaml::Value, path: &str| {
+        path.split('.')
+            .try_fold(yaml, |value, key| value.get(key))
+            .cloned()
+    };
+    RESTART_ONLY
+        .iter()
+        .copied()
+        .filter(|path| at(running, path) != at(new, path))
+        .collect()
+}
+
+const RESTART_ONLY: &[&str] = &[
+    "pop",
+    "listen",
+    "admin_listen",
+    "listener",
+    "spool",
+    "backhaul",
+    "connections",
+    "drain_grace",
+    "shutdown_timeout",
+    "tls.session_tickets",
+    "tls.session_cache",
+    "http.max_header_bytes",
+    "http.max_headers",
+    "http.header_timeout",
+    "http.h2_max_concurrent_streams",
+    "http.h2_keepalive_interval",
+    "http.h2_keepalive_timeout",
+    "http.write_stall_timeout",
+    "http.idle_timeout",
+    "http.max_connection_lifetime",
+];
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
@@ -1148,6 +1191,28 @@ routes:
 
     fn errors_of(text: &str) -> Vec<(String, String)> {
         parse(text).expect_err("config should be rejected")
+    }
+
+    #[test]
+    fn reload_reports_only_what_needs_a_restart() {
+        let yaml = |text: &str| serde_yaml::from_str::<serde_yaml::Value>(text).unwrap();
+        let running = yaml(GOOD);
+        let live = GOOD
+            .replace("\"old-s3cret\"", "\"new-s3cret\"")
+            .replace("min_version: \"1.3\"", "min_version: \"1.2\"")
+            .replace("max_body: 1MiB", "max_body: 2MiB");
+        assert!(restart_only_changes(&running, &yaml(&live)).is_empty());
+        let moved = GOOD
+            .replace("dir: /tmp/spool", "dir: /tmp/other")
+            .replace("127.0.0.1:9180", "127.0.0.1:9181")
+            .replace(
+                "min_version: \"1.3\"",
+                "min_version: \"1.3\"\n  session_cache: 10",
+            );
+        assert_eq!(
+            restart_only_changes(&running, &yaml(&moved)),
+            ["admin_listen", "spool", "tls.session_cache"]
+        );
     }
 
     #[test]

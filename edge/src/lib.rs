@@ -15,6 +15,7 @@ pub mod event;
 pub mod http;
 pub mod log_throttle;
 pub mod metrics;
+pub mod reload;
 pub mod run;
 pub mod server;
 pub mod sockets;

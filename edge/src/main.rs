@@ -17,7 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve webhooks.
+    /// Serve webhooks. SIGHUP re-reads the config file (routes, secrets, certificates,
+    /// limits); SIGTERM drains and stops.
     Run {
         #[arg(long, short)]
         config: PathBuf,
@@ -77,7 +78,7 @@ fn main() -> ExitCode {
                 .build()
                 .expect("tokio runtime");
             let span = tracing::info_span!("edge", pop = %settings.pop);
-            match runtime.block_on(edge::run::run(settings).instrument(span)) {
+            match runtime.block_on(edge::run::run(config, settings).instrument(span)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");

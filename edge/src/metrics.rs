@@ -38,8 +38,16 @@ pub struct Handshake {
     pub resumed: bool,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    pub config_reloads: Family<ResultLabel, Counter>,
+    /// 1 at start, +1 per applied reload: which config a PoP runs, at a glance.
+    pub config_generation: Gauge,
     pub requests: Family<RouteStatus, Counter>,
     pub verify_failures: Family<RouteReason, Counter>,
     pub duplicates: Family<RouteLabel, Counter>,
@@ -80,6 +88,8 @@ impl Metrics {
             [("pop".into(), pop.to_owned().into())].into_iter(),
         );
         let m = Self {
+            config_reloads: Family::default(),
+            config_generation: Gauge::default(),
             requests: Family::default(),
             verify_failures: Family::default(),
             duplicates: Family::default(),
@@ -261,6 +271,16 @@ impl Metrics {
             "backhaul_breaker_state",
             "Origin circuit breaker: 0 closed, 1 open, 2 half-open",
             m.backhaul_breaker_state.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Config reloads (SIGHUP), by result: ok, or failed (the running config kept)",
+            m.config_reloads.clone(),
+        );
+        registry.register(
+            "config_generation",
+            "Config generation: 1 at start, +1 per applied reload",
+            m.config_generation.clone(),
         );
         Self { registry, ..m }
     }

@@ -1,12 +1,14 @@
 //! `edge run`: wires config, spool, TLS, listeners, admin endpoint and signals together,
-//! and shuts down in order (drain, stop accepting, finish in-flight, sync, exit).
+//! and shuts down in order (drain, stop accepting, finish in-flight, sync, exit). SIGHUP
+//! reloads the config (`reload`).
 
-use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -15,21 +17,18 @@ use crate::admin::{Admin, Readiness};
 use crate::config::Settings;
 use crate::http::{App, connection_builder};
 use crate::metrics::Metrics;
-use crate::server::Server;
+use crate::reload::{Reloader, dedupe_windows};
+use crate::server::{Live, Server};
 use crate::spool::Spool;
 use crate::{sockets, tls};
 
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&settings.pop));
-    let windows: HashMap<String, usize> = settings
-        .routes
-        .iter()
-        .map(|r| (r.name.clone(), r.dedupe_window))
-        .collect();
+    metrics.config_generation.set(1);
     let (spool, report) = Spool::open(
         &settings.spool,
         &settings.pop,
-        windows,
+        dedupe_windows(&settings),
         Arc::clone(&metrics),
     )?;
     tracing::info!(
@@ -44,9 +43,6 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let spool = Arc::new(spool);
 
     let (tls_config, shared_tickets) = tls::server_config(&settings.tls)?;
-    if let Some(tickets) = shared_tickets {
-        tokio::spawn(reload_ticket_keys(tickets).in_current_span());
-    }
     let open_files = sockets::raise_open_files_limit().context("raising RLIMIT_NOFILE")?;
     if settings.connections.max_total as u64 + FD_RESERVE > open_files {
         tracing::warn!(
@@ -73,14 +69,17 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     tokio::spawn(admin.serve(admin_listener).in_current_span());
 
     let server = Arc::new(Server {
-        app: Arc::new(App::new(
-            &settings,
-            Arc::clone(&spool),
-            Arc::clone(&metrics),
-        )),
-        tls: tls_config,
+        live: ArcSwap::from_pointee(Live {
+            app: Arc::new(App::new(
+                &settings,
+                Arc::clone(&spool),
+                Arc::clone(&metrics),
+            )),
+            tls: tls_config,
+            handshake_timeout: settings.tls.handshake_timeout,
+        }),
+        metrics: Arc::clone(&metrics),
         http: Arc::new(connection_builder(&settings.http)),
-        handshake_timeout: settings.tls.handshake_timeout,
         deadlines: settings.http.deadlines,
         connections: std::sync::Mutex::new(crate::conn_limits::ConnTable::new(
             settings.connections.clone(),
@@ -108,6 +107,19 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             None
         }
     };
+    let running = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_yaml::from_str(&text).ok())
+        .unwrap_or_default();
+    let reloader = Reloader {
+        path,
+        running,
+        server: Arc::clone(&server),
+        spool: Arc::clone(&spool),
+        metrics: Arc::clone(&metrics),
+        tickets: shared_tickets,
+    };
+    tokio::spawn(reloader.run().in_current_span());
     let (stop, stopped) = watch::channel(false);
     let accepting = tokio::spawn(server.run(listeners, stopped).in_current_span());
     readiness.listening.store(true, Ordering::Release);
@@ -145,36 +157,6 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     spool.close().await;
     tracing::info!("edge stopped");
     Ok(())
-}
-
-/// Shared ticket keys follow their file: re-read on SIGHUP, or when the file changes
-/// (checked every few seconds), without dropping a connection.
-async fn reload_ticket_keys(tickets: Arc<tls::tickets::SharedTickets>) {
-    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
-        tracing::error!(
-            "cannot listen for SIGHUP; ticket keys reload only when their file changes"
-        );
-        return;
-    };
-    let mut poll = tokio::time::interval(Duration::from_secs(5));
-    loop {
-        let forced = tokio::select! {
-            _ = hangup.recv() => true,
-            _ = poll.tick() => false,
-        };
-        let result = if forced {
-            tickets.reload().map(Some)
-        } else {
-            tickets.reload_if_changed()
-        };
-        match result {
-            Ok(Some(keys)) => tracing::info!(keys, "session ticket keys reloaded"),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "session ticket keys not reloaded; keeping the keys in use")
-            }
-        }
-    }
 }
 
 /// Descriptors the edge needs besides client connections (spool, admin, backhaul, logs).

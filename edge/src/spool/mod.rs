@@ -131,6 +131,12 @@ impl Spool {
         answer.await.map_err(|_| closed())?
     }
 
+    /// Sets each route's de-duplication window (a reload added or resized routes); ids
+    /// already remembered are kept.
+    pub fn set_windows(&self, windows: HashMap<String, usize>) {
+        let _ = self.commands.send(writer::Command::Windows(windows));
+    }
+
     /// A reader positioned after the checkpoint: it yields every record the origin has
     /// not confirmed, in order.
     pub fn reader(&self) -> SpoolReader {

@@ -21,6 +21,16 @@ impl RecentIds {
         }
     }
 
+    /// A new window size; shrinking forgets the oldest ids first.
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(1);
+        while self.order.len() > self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seq_by_id.remove(&oldest);
+            }
+        }
+    }
+
     /// The sequence number the id was stored under, if it is still in the window.
     pub fn get(&self, id: &str) -> Option<u64> {
         self.seq_by_id.get(id).copied()
@@ -52,6 +62,21 @@ impl RecentIds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shrinking_forgets_the_oldest_first() {
+        let mut ids = RecentIds::new(3);
+        for (i, id) in ["a", "b", "c"].iter().enumerate() {
+            ids.insert(id, i as u64);
+        }
+        ids.set_capacity(2);
+        assert_eq!(
+            (ids.get("a"), ids.get("b"), ids.get("c")),
+            (None, Some(1), Some(2))
+        );
+        ids.insert("d", 3);
+        assert_eq!((ids.get("b"), ids.get("d")), (None, Some(3)));
+    }
 
     #[test]
     fn remembers_within_the_window_and_forgets_the_oldest() {

@@ -28,6 +28,8 @@ use crate::metrics::Metrics;
 pub(super) enum Command {
     Append(NewEvent, oneshot::Sender<Result<Appended, AppendError>>),
     Checkpoint(u64, oneshot::Sender<std::io::Result<()>>),
+    /// Each route's de-duplication window after a reload (routes added or resized).
+    Windows(HashMap<String, usize>),
     Shutdown,
 }
 
@@ -105,6 +107,7 @@ impl Writer {
                         replies.push(reply);
                     }
                     Command::Checkpoint(seq, reply) => checkpoints.push((seq, reply)),
+                    Command::Windows(windows) => writer.set_windows(windows),
                     Command::Shutdown => shutdown = true,
                 }
             }
@@ -241,6 +244,15 @@ impl Writer {
         }
         self.publish_gauges();
         outcomes
+    }
+
+    fn set_windows(&mut self, windows: HashMap<String, usize>) {
+        for (route, capacity) in windows {
+            self.recent
+                .entry(route)
+                .and_modify(|ids| ids.set_capacity(capacity))
+                .or_insert_with(|| RecentIds::new(capacity));
+        }
     }
 
     fn view<'e>(&'e self, event: &'e NewEvent, seq: u64) -> RecordView<'e> {

@@ -1,0 +1,144 @@
+//! `SIGHUP` (`systemctl reload`): re-read the config file and apply what can change
+//! without a restart — routes and secrets, certificates and TLS settings, body and
+//! request limits. The file is validated exactly as `check-config` does; an invalid one
+//! is refused with every bad field named and the running config keeps serving. Settings
+//! that only change at a restart are named in a warning and keep their running values.
+//! Shared session-ticket keys are re-read on the same signal, and when their file changes.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::config::{self, Settings};
+use crate::http::App;
+use crate::metrics::{Metrics, ResultLabel};
+use crate::server::{Live, Server};
+use crate::spool::Spool;
+use crate::tls;
+use crate::tls::tickets::SharedTickets;
+
+pub struct Reloader {
+    pub path: PathBuf,
+    /// The file as last applied, to tell which restart-only settings a new one changes.
+    pub running: serde_yaml::Value,
+    pub server: Arc<Server>,
+    pub spool: Arc<Spool>,
+    pub metrics: Arc<Metrics>,
+    pub tickets: Option<Arc<SharedTickets>>,
+}
+
+impl Reloader {
+    /// Waits for SIGHUP (and polls the ticket-key file) for the life of the process.
+    pub async fn run(mut self) {
+        let mut hangup = match signal(SignalKind::hangup()) {
+            Ok(hangup) => hangup,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGHUP: config reload is off");
+                return;
+            }
+        };
+        let mut poll = tokio::time::interval(TICKET_KEY_POLL);
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => {
+                    self.reload_config();
+                    self.reload_ticket_keys(true);
+                }
+                _ = poll.tick() => self.reload_ticket_keys(false),
+            }
+        }
+    }
+
+    fn reload_config(&mut self) {
+        let result = |result| ResultLabel { result };
+        match self.apply() {
+            Ok(generation) => {
+                self.metrics
+                    .config_reloads
+                    .get_or_create(&result("ok"))
+                    .inc();
+                tracing::info!(generation, file = %self.path.display(), "config reloaded");
+            }
+            Err(e) => {
+                self.metrics
+                    .config_reloads
+                    .get_or_create(&result("failed"))
+                    .inc();
+                tracing::error!("config reload refused; the running config keeps serving:\n{e:#}");
+            }
+        }
+    }
+
+    /// Loads, validates and swaps in the new config; returns the new generation.
+    fn apply(&mut self) -> anyhow::Result<i64> {
+        let text = std::fs::read_to_string(&self.path)
+            .with_context(|| format!("{}: (file)", self.path.display()))?;
+        let settings = config::parse(&text).map_err(|errors| config::ConfigErrors {
+            file: self.path.clone(),
+            errors,
+        })?;
+        let yaml: serde_yaml::Value = serde_yaml::from_str(&text).context("parsed once already")?;
+        let needs_restart = config::restart_only_changes(&self.running, &yaml);
+        let running = self.server.live.load_full();
+        let tls = tls::reloaded_config(&settings.tls, &running.tls)
+            .with_context(|| format!("{}: tls", self.path.display()))?;
+        if !needs_restart.is_empty() {
+            tracing::warn!(
+                fields = ?needs_restart,
+                "config reload: these settings change only at a restart; running with their old values"
+            );
+        }
+        self.spool.set_windows(dedupe_windows(&settings));
+        let live = Live {
+            app: Arc::new(App::new(
+                &settings,
+                Arc::clone(&self.spool),
+                Arc::clone(&self.metrics),
+            )),
+            tls,
+            handshake_timeout: settings.tls.handshake_timeout,
+        };
+        self.server.live.store(Arc::new(live));
+        self.running = yaml;
+        self.metrics.config_generation.inc();
+        tracing::info!(
+            routes = settings.routes.len(),
+            "routes, secrets, certificates and limits now in force"
+        );
+        Ok(self.metrics.config_generation.get())
+    }
+
+    fn reload_ticket_keys(&self, forced: bool) {
+        let Some(tickets) = &self.tickets else {
+            return;
+        };
+        let result = if forced {
+            tickets.reload().map(Some)
+        } else {
+            tickets.reload_if_changed()
+        };
+        match result {
+            Ok(Some(keys)) => tracing::info!(keys, "session ticket keys reloaded"),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "session ticket keys not reloaded; keeping the keys in use")
+            }
+        }
+    }
+}
+
+/// Each route's de-duplication window, by route name (what the spool keys ids by).
+pub fn dedupe_windows(settings: &Settings) -> HashMap<String, usize> {
+    settings
+        .routes
+        .iter()
+        .map(|r| (r.name.clone(), r.dedupe_window))
+        .collect()
+}
+
+/// How often the shared ticket-key file is checked for changes.
+const TICKET_KEY_POLL: Duration = Duration::from_secs(5);
