@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -15,29 +14,6 @@ async fn h2_connection(edge: &Edge) -> h2::client::SendRequest<bytes::Bytes> {
         let _ = connection.await;
     });
     send
-}
-
-/// A TLS connection to the edge that negotiated h2.
-async fn h2_tls(edge: &Edge) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut edge.cert_pem().as_slice()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", edge.port))
-        .await
-        .unwrap();
-    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,5 +1,8 @@
 //! One webhook request, end to end: route, method, size, verify, event id, spool, ack.
-//! A 2xx leaves only after the spool reports the event durable.
+//! A 2xx leaves only after the spool reports the event durable. An answer decided before
+//! the body ended (404, 405, 413, 425, 408…) is sent at once and the rest of the body is
+//! read and thrown away in the background, bounded, so the client sees the answer: over
+//! HTTP/2 a reset that arrives while curl is still sending makes it drop the answer.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -8,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 
 use super::body_rate::BodyRate;
 use super::{App, RouteEntry};
@@ -30,18 +33,21 @@ pub async fn handle(
     arrival: Arrival,
     request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
-    let Some(entry) = app.routes.get(request.uri().path()).cloned() else {
+    let (parts, mut body) = request.into_parts();
+    let Some(entry) = app.routes.get(parts.uri.path()).cloned() else {
         app.metrics.reject("unknown_path");
         let mut response = json(StatusCode::NOT_FOUND, r#"{"error":"unknown path"}"#);
         response.headers_mut().insert(POP_HEADER, app.pop.clone());
+        discard_rest(body);
         return Ok(response);
     };
-    let mut response = match tokio::time::timeout(
+    let routed = tokio::time::timeout(
         app.request_timeout,
-        handle_route(&app, &entry, arrival, request),
+        handle_route(&app, &entry, arrival, &parts, &mut body),
     )
-    .await
-    {
+    .await;
+    discard_rest(body);
+    let mut response = match routed {
         Ok(response) => response,
         Err(_) => {
             // The body had its own deadline, so the time went here (spool, verification):
@@ -67,10 +73,11 @@ async fn handle_route(
     app: &App,
     entry: &RouteEntry,
     arrival: Arrival,
-    request: Request<Incoming>,
+    parts: &http::request::Parts,
+    body: &mut Incoming,
 ) -> Response<ResponseBody> {
     let route = &entry.route;
-    if request.method() != Method::POST {
+    if parts.method != Method::POST {
         let mut response = json(
             StatusCode::METHOD_NOT_ALLOWED,
             r#"{"error":"only POST is accepted"}"#,
@@ -82,24 +89,18 @@ async fn handle_route(
     }
     // RFC 8470: a proxy in front of us that forwarded early data says so.
     let early = arrival.early
-        || request
-            .headers()
+        || parts
+            .headers
             .get(EARLY_DATA_HEADER)
             .is_some_and(|v| v == "1");
     if early && let Some(response) = guard_early(app, entry) {
         return response;
     }
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    // Far too large to be worth draining: answer at once (the client may see a reset).
-    if declared.is_some_and(|len| len > route.max_body + OVERSIZE_DRAIN_BYTES) {
+    // A declared length over the limit is refused before reading a byte.
+    if body.size_hint().lower() > route.max_body {
         return too_large(route.max_body);
     }
     let received_ms = now_ms();
-    let (parts, body) = request.into_parts();
     let body = match read_body(body, route.max_body, app.body_rate).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => return too_large(route.max_body),
@@ -225,9 +226,8 @@ enum BodyError {
 }
 
 /// Collects the body up to `limit` bytes, as long as it keeps to the minimum rate and
-/// deadline. Past the limit nothing more is kept; a bounded amount is still read and
-/// discarded so a client that is still sending gets the 413 instead of a reset.
-async fn read_body(mut body: Incoming, limit: u64, rate: BodyRate) -> Result<Bytes, BodyError> {
+/// deadline. What is left unread when it stops is the caller's to discard.
+async fn read_body(body: &mut Incoming, limit: u64, rate: BodyRate) -> Result<Bytes, BodyError> {
     let started = tokio::time::Instant::now();
     let mut collected = BytesMut::new();
     loop {
@@ -246,16 +246,6 @@ async fn read_body(mut body: Incoming, limit: u64, rate: BodyRate) -> Result<Byt
             };
         let Ok(data) = next.into_data() else { continue };
         if received + data.len() as u64 > limit {
-            let mut discarded = 0u64;
-            let drain = async {
-                while let Some(Ok(frame)) = body.frame().await {
-                    discarded += frame.data_ref().map_or(0, |d| d.len() as u64);
-                    if discarded > OVERSIZE_DRAIN_BYTES {
-                        break;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(OVERSIZE_DRAIN_TIME, drain).await;
             return Err(BodyError::TooLarge);
         }
         collected.extend_from_slice(&data);
@@ -267,6 +257,28 @@ async fn read_body(mut body: Incoming, limit: u64, rate: BodyRate) -> Result<Byt
         }
     }
     Ok(collected.freeze())
+}
+
+/// Reads and throws away what the client still sends after its answer was decided, in
+/// the background and bounded in bytes and time, so its stream (HTTP/2) or connection
+/// (HTTP/1.1) ends normally and the client reads the answer. A body declared larger than
+/// the bound is not worth it: dropped at once, the client sees a reset.
+fn discard_rest(mut body: Incoming) {
+    if body.is_end_stream() || body.size_hint().lower() > DISCARD_BYTES {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut discarded = 0u64;
+        let discard = async {
+            while let Some(Ok(frame)) = body.frame().await {
+                discarded += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if discarded > DISCARD_BYTES {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DISCARD_TIME, discard).await;
+    });
 }
 
 fn ack(status: StatusCode, seq: u64, duplicate: bool) -> Response<ResponseBody> {
@@ -316,5 +328,6 @@ fn now_ms() -> u64 {
 const POP_HEADER: &str = "edge-pop";
 /// RFC 8470 section 5.1.
 const EARLY_DATA_HEADER: &str = "early-data";
-const OVERSIZE_DRAIN_BYTES: u64 = 1 << 20;
-const OVERSIZE_DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(1);
+/// The most of an unwanted body read and thrown away after an early answer.
+const DISCARD_BYTES: u64 = 8 << 20;
+const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
