@@ -310,6 +310,7 @@ impl Metrics {
             Ok(Appended::Stored { .. }) => "stored",
             Ok(Appended::Duplicate { .. }) => "duplicate",
             Err(AppendError::Full) => "full",
+            Err(AppendError::DiskFull) => "disk_full",
             Err(AppendError::Failed(_)) => "failed",
             Err(AppendError::Closed) => "closed",
         };

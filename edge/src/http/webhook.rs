@@ -177,7 +177,8 @@ async fn handle_route(
             ack(route.ack_status, seq, true)
         }
         Err(e) => {
-            if !matches!(e, AppendError::Full) {
+            // Full and disk-full are logged once by the spool, not per request.
+            if !matches!(e, AppendError::Full | AppendError::DiskFull) {
                 tracing::warn!(route = %entry.name, error = %e, "spool refused an event");
             }
             let mut response = json(

@@ -9,6 +9,7 @@ mod reader;
 pub mod recent_ids;
 pub mod record;
 mod recovery;
+mod reserve;
 pub mod scan;
 mod writer;
 
@@ -50,6 +51,10 @@ pub enum Appended {
 pub enum AppendError {
     #[error("spool is over its max_bytes")]
     Full,
+    /// The filesystem under the spool has no room (ENOSPC, EDQUOT); passes by itself
+    /// once the backhaul delivers and segments are deleted.
+    #[error("spool disk is full")]
+    DiskFull,
     /// A write or fsync failed. After a failed fsync the page cache cannot be trusted,
     /// so the spool refuses every later append until the process restarts.
     #[error("spool failed: {0}")]
@@ -75,6 +80,10 @@ pub(crate) struct Shared {
     bytes: AtomicU64,
     high_water_bytes: u64,
     failed: AtomicBool,
+    /// Set by the writer on ENOSPC, cleared by the next append that fits.
+    disk_full: AtomicBool,
+    /// Free space on the spool's filesystem that ends the disk-full state for readiness.
+    room_to_resume: u64,
     durable: Notify,
 }
 
@@ -89,6 +98,7 @@ impl Spool {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<(Spool, RecoveryReport)> {
         let recovered = recovery::recover(settings, windows)?;
+        reserve::ensure(&settings.dir);
         let report = recovered.report.clone();
         let shared = Arc::new(Shared {
             dir: settings.dir.clone(),
@@ -97,6 +107,8 @@ impl Spool {
             bytes: AtomicU64::new(recovered.total_bytes),
             high_water_bytes: (settings.max_bytes as f64 * settings.high_water) as u64,
             failed: AtomicBool::new(false),
+            disk_full: AtomicBool::new(false),
+            room_to_resume: settings.segment_bytes,
             durable: Notify::new(),
         });
         let (commands, rx) = mpsc::unbounded_channel();
@@ -158,11 +170,23 @@ impl Spool {
     pub fn unready_reason(&self) -> Option<&'static str> {
         if self.shared.failed.load(Ordering::Acquire) {
             Some("spool failed (write or fsync error)")
+        } else if self.shared.disk_full.load(Ordering::Acquire) && !self.has_room_again() {
+            Some("spool disk full")
         } else if self.shared.bytes.load(Ordering::Acquire) >= self.shared.high_water_bytes {
             Some("spool over its high-water mark")
         } else {
             None
         }
+    }
+
+    /// While the disk is full, readiness asks the filesystem, since with no traffic (the
+    /// route withdrawn) no append would find out that space came back: ends the disk-full
+    /// state, and says so, once a segment's worth is free.
+    fn has_room_again(&self) -> bool {
+        let room = nix::sys::statvfs::statvfs(&self.shared.dir)
+            .map(|fs| fs.blocks_available() as u64 * fs.fragment_size() as u64)
+            .unwrap_or(0);
+        room >= self.shared.room_to_resume && self.shared.disk_full.swap(false, Ordering::AcqRel)
     }
 
     pub fn dir(&self) -> &std::path::Path {

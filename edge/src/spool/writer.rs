@@ -21,7 +21,7 @@ use super::lag::LagBytes;
 use super::recent_ids::RecentIds;
 use super::record::{RecordView, SEGMENT_MAGIC};
 use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
-use super::{AppendError, Appended, NewEvent, Shared, checkpoint};
+use super::{AppendError, Appended, NewEvent, Shared, checkpoint, reserve};
 use crate::config::SpoolSettings;
 use crate::metrics::Metrics;
 
@@ -42,6 +42,8 @@ pub(super) struct Writer {
     segments: BTreeMap<u64, SegmentMeta>,
     active: File,
     next_seq: u64,
+    /// The first sequence number not yet durable: `next_seq` once a batch is flushed.
+    durable_next_seq: u64,
     checkpoint: u64,
     total_bytes: u64,
     recent: HashMap<String, RecentIds>,
@@ -72,6 +74,7 @@ impl Writer {
             segments: recovered.segments,
             active: recovered.active,
             next_seq: recovered.next_seq,
+            durable_next_seq: recovered.next_seq,
             checkpoint: recovered.checkpoint,
             total_bytes: recovered.total_bytes,
             recent: recovered.recent,
@@ -171,7 +174,7 @@ impl Writer {
         let mut frame = std::mem::take(&mut self.frame_buf);
         buf.clear();
         let mut batch_bytes = 0u64;
-        let mut io_result = Ok(());
+        let mut io_result: std::io::Result<()> = Ok(());
         for event in appends {
             if let Some(failure) = &self.failure {
                 outcomes.push(Err(AppendError::Failed(failure.clone())));
@@ -207,32 +210,35 @@ impl Writer {
         if io_result.is_ok() {
             io_result = self.flush(&mut buf);
         }
-        match io_result {
-            Ok(()) => {
-                for ((route, id), seq) in batch_ids {
-                    if let Some(window) = self.recent.get_mut(route) {
-                        window.insert(id, seq);
-                    }
-                }
-                self.total_bytes += batch_bytes;
-                self.lag.appended(self.next_seq - 1, batch_bytes);
-                self.shared
-                    .durable_seq
-                    .store(self.next_seq - 1, Ordering::Release);
-                self.shared.durable.notify_waiters();
-            }
-            Err(e) => {
-                let failure = e.to_string();
-                tracing::error!(error = %e, dir = %self.dir.display(), "spool write failed; refusing appends until restart");
-                self.failure = Some(failure.clone());
-                self.shared.failed.store(true, Ordering::Release);
-                outcomes.resize_with(appends.len(), || Err(AppendError::Failed(failure.clone())));
-                for outcome in &mut outcomes {
-                    if matches!(outcome, Ok(Appended::Stored { .. })) {
-                        *outcome = Err(AppendError::Failed(failure.clone()));
-                    }
+        let durable = self.durable_next_seq;
+        if let Err(e) = io_result {
+            let refusal = self.refuse_after(&e);
+            for outcome in &mut outcomes {
+                if matches!(outcome, Ok(Appended::Stored { seq }) if *seq >= durable) {
+                    *outcome = Err(refusal.clone());
                 }
             }
+            outcomes.resize_with(appends.len(), || Err(refusal.clone()));
+        } else if self.shared.disk_full.swap(false, Ordering::AcqRel) {
+            tracing::info!(dir = %self.dir.display(), "spool disk has room again; taking appends");
+        }
+        for ((route, id), seq) in batch_ids {
+            if seq < durable
+                && let Some(window) = self.recent.get_mut(route)
+            {
+                window.insert(id, seq);
+            }
+        }
+        let stored: u64 = self.segments.values().map(|m| m.bytes).sum();
+        if stored > self.total_bytes {
+            self.lag.appended(durable - 1, stored - self.total_bytes);
+        }
+        self.total_bytes = stored;
+        if durable - 1 > self.shared.durable_seq.load(Ordering::Acquire) {
+            self.shared
+                .durable_seq
+                .store(durable - 1, Ordering::Release);
+            self.shared.durable.notify_waiters();
         }
         self.batch_buf = buf;
         self.frame_buf = frame;
@@ -253,6 +259,27 @@ impl Writer {
                 .and_modify(|ids| ids.set_capacity(capacity))
                 .or_insert_with(|| RecentIds::new(capacity));
         }
+    }
+
+    /// After a failed write: puts the files and counters back to what is durable and
+    /// says what the refused appends are told. A full disk (ENOSPC, EDQUOT) passes once
+    /// space is freed; any other failure, a failed fsync above all (the page cache can no
+    /// longer be trusted), refuses every append until a restart.
+    fn refuse_after(&mut self, error: &std::io::Error) -> AppendError {
+        self.next_seq = self.durable_next_seq;
+        let durable_len = self.active_len();
+        let _ = self.active.set_len(durable_len);
+        if !is_disk_full(error) {
+            let failure = error.to_string();
+            tracing::error!(error = %error, dir = %self.dir.display(), "spool write failed; refusing appends until restart");
+            self.failure = Some(failure.clone());
+            self.shared.failed.store(true, Ordering::Release);
+            return AppendError::Failed(failure);
+        }
+        if !self.shared.disk_full.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %error, dir = %self.dir.display(), "spool disk full: answering 503 and failing /readyz until space is freed");
+        }
+        AppendError::DiskFull
     }
 
     fn view<'e>(&'e self, event: &'e NewEvent, seq: u64) -> RecordView<'e> {
@@ -298,12 +325,16 @@ impl Writer {
             .into_mut();
         meta.bytes += written;
         meta.last_seq = Some(self.next_seq - 1);
+        self.durable_next_seq = self.next_seq;
         buf.clear();
         Ok(())
     }
 
     fn roll(&mut self, first_seq: u64) -> std::io::Result<()> {
-        self.active = create_segment(&self.dir, first_seq)?;
+        self.active = create_segment(&self.dir, first_seq).inspect_err(|_| {
+            // Half made (no room for its header): recovery must not find it.
+            let _ = std::fs::remove_file(super::segment_path(&self.dir, first_seq));
+        })?;
         self.segments.insert(
             first_seq,
             SegmentMeta {
@@ -319,12 +350,21 @@ impl Writer {
         if seq <= self.checkpoint {
             return Ok(());
         }
-        checkpoint::write(&self.dir, seq)?;
+        checkpoint::write(&self.dir, seq).or_else(|e| {
+            if !is_disk_full(&e) {
+                return Err(e);
+            }
+            // No room even for the checkpoint, so nothing delivered could ever be
+            // deleted: spend the reserve on it, and put the reserve back after.
+            reserve::release(&self.dir);
+            checkpoint::write(&self.dir, seq)
+        })?;
         self.checkpoint = seq;
         self.lag.delivered_through(seq);
         self.shared.checkpoint.store(seq, Ordering::Release);
         let freed = remove_delivered(&self.dir, &mut self.segments, seq)?;
         self.total_bytes -= freed;
+        reserve::ensure(&self.dir);
         self.publish_gauges();
         Ok(())
     }
@@ -338,6 +378,10 @@ impl Writer {
             .set((self.next_seq - 1 - self.checkpoint) as i64);
         self.metrics.backhaul_lag_bytes.set(self.lag.lag() as i64);
     }
+}
+
+fn is_disk_full(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 
 const MAX_BATCH_RECORDS: usize = 4096;
