@@ -266,3 +266,132 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
         .collect();
     assert_eq!(pops.len(), 1, "both edges use pop label test here");
 }
+
+/// The spool's filesystem fills up (a 12 MiB tmpfs made here, the origin down): appends
+/// get 503 + Retry-After and /readyz fails; nothing acknowledged is lost or torn; once
+/// the origin is back the backhaul delivers, segments are deleted, and the edge takes
+/// events again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
+    if !root_for("a_full_spool_disk_answers_503_and_recovers_by_itself") {
+        return;
+    }
+    let mut nats = Nats::start();
+    let mut edge = Edge::start("  segment_bytes: 1MiB\n  max_bytes: 1GiB\n", "");
+    edge.kill9();
+    let _disk = Tmpfs::mount(&edge.spool_dir(), "12m");
+    let mut edge = edge.with_section(&backhaul_config(&nats));
+    nats.stop();
+
+    let mut acked = Vec::new();
+    let mut refused = Vec::new();
+    for round in 0..40 {
+        let answers = post_padded(&edge, ids(&format!("fill{round}"), 50)).await;
+        for (id, status, retry_after) in answers {
+            match status {
+                202 => acked.push(id),
+                503 => refused.push((id, retry_after)),
+                other => panic!("{id}: {other} while filling the disk"),
+            }
+        }
+        if refused.len() >= 50 {
+            break;
+        }
+    }
+    assert!(refused.len() >= 50, "the 12 MiB disk never filled");
+    assert!(
+        acked.len() > 100,
+        "only {} acked before the disk filled",
+        acked.len()
+    );
+    assert!(
+        refused.iter().all(|(_, retry)| retry.is_some()),
+        "503 without Retry-After"
+    );
+    assert_eq!(
+        edge.readyz(),
+        Some(503),
+        "a full spool disk must fail /readyz"
+    );
+    let (_, why) = admin_get(edge.admin_port, "/readyz").unwrap();
+    assert!(why.contains("spool disk full"), "{why}");
+    assert!(edge.metric(r#"edge_spool_appends_total{pop="test",reason="disk_full"}"#) >= 50.0);
+
+    // What is on disk is exactly what was acknowledged: nothing torn, nothing extra.
+    let on_disk: HashSet<String> = edge::spool::dump(&edge.spool_dir())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.event_id)
+        .collect();
+    assert_eq!(on_disk, acked.iter().cloned().collect::<HashSet<_>>());
+
+    // The origin returns: delivery frees the disk and the edge recovers on its own.
+    nats.spawn();
+    assert_eq!(
+        wait_for_count(&nats, acked.len() as u64, Duration::from_secs(60)).await,
+        acked.len() as u64
+    );
+    let started = Instant::now();
+    while edge.readyz() != Some(200) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still not ready after delivery freed the disk"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = post_padded(&edge, ids("after", 50)).await;
+    assert!(
+        after.iter().all(|(_, status, _)| *status == 202),
+        "{after:?}"
+    );
+    let expected = acked.len() as u64 + 50;
+    assert_eq!(
+        wait_for_count(&nats, expected, Duration::from_secs(30)).await,
+        expected
+    );
+    let messages = stream_messages(&nats).await;
+    for id in acked.iter().chain(after.iter().map(|(id, _, _)| id)) {
+        assert!(
+            messages.contains_key(id),
+            "{id} acknowledged but not at the origin"
+        );
+    }
+
+    // A restart finds no torn tail to cut.
+    edge.kill9();
+    edge.spawn();
+    assert!(
+        !edge.log_text().contains("cut an incomplete tail"),
+        "{}",
+        edge.log_text()
+    );
+    println!(
+        "full disk: {} acked, then {} refused with 503 + Retry-After; all delivered and ready again {} ms after the origin returned",
+        acked.len(),
+        refused.len(),
+        started.elapsed().as_millis()
+    );
+}
+
+/// Posts each id with a 16 KiB body; (id, status, Retry-After).
+async fn post_padded(edge: &Edge, ids: Vec<String>) -> Vec<(String, u16, Option<String>)> {
+    let client = client(edge, false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        let body = format!(r#"{{"delivery":"{id}","pad":"{}"}}"#, "f".repeat(16_000));
+        let request = github_post(&client, edge, &id, body.as_bytes());
+        tasks.spawn(async move {
+            let response = request.send().await.unwrap();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (id, response.status().as_u16(), retry_after)
+        });
+    }
+    let mut answers = Vec::new();
+    while let Some(answer) = tasks.join_next().await {
+        answers.push(answer.unwrap());
+    }
+    answers
+}

@@ -350,3 +350,44 @@ pub async fn h2_tls(edge: &Edge) -> tokio_rustls::client::TlsStream<tokio::net::
         .await
         .unwrap()
 }
+
+/// A tmpfs of `size` (e.g. "6m") mounted at `path` for the test's lifetime: a small
+/// filesystem to fill. Needs root.
+pub struct Tmpfs {
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    pub fn mount(path: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(path).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount tmpfs on {}", path.display());
+        Tmpfs {
+            path: path.to_owned(),
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// Whether a root-only test can run: true as root; outside CI it says why it is skipped;
+/// in CI (which runs as root) a missing root is a failure, not a skip.
+pub fn root_for(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs root, and CI runs as root"
+    );
+    eprintln!("{test}: needs root (mounts a filesystem); skipped");
+    false
+}
