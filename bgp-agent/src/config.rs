@@ -193,36 +193,11 @@ pub struct GuardConfig {
     pub timeout: Duration,
 }
 
-/// Every problem found in a config file, each naming its field.
-#[derive(Debug)]
-pub struct ConfigErrors {
-    pub file: PathBuf,
-    pub errors: Vec<(String, String)>,
-}
-
-impl std::fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, (field, message)) in self.errors.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{}: {field}: {message}", self.file.display())?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
+pub use edge_kit::config_file::ConfigErrors;
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-        let errors = |errors| ConfigErrors {
-            file: path.to_owned(),
-            errors,
-        };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| errors(vec![("(file)".to_owned(), e.to_string())]))?;
-        Self::parse(&text).map_err(errors)
+        edge_kit::config_file::load(path, Self::parse)
     }
 
     /// Parses and validates YAML text; errors are `(field path, message)` pairs: the

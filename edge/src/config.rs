@@ -2,7 +2,6 @@
 //! errors, and every error names the file and the field (`routes[2].secrets: …`).
 
 use std::collections::HashSet;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -196,37 +195,10 @@ pub enum EarlyDataPolicy {
     Accept,
 }
 
-/// Every problem found in a config file.
-#[derive(Debug)]
-pub struct ConfigErrors {
-    pub file: PathBuf,
-    pub errors: Vec<(String, String)>,
-}
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, (field, message)) in self.errors.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{}: {field}: {message}", self.file.display())?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
+pub use edge_kit::config_file::ConfigErrors;
 
 pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
-    let fail = |field: &str, message: String| ConfigErrors {
-        file: path.to_owned(),
-        errors: vec![(field.to_owned(), message)],
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail("(file)", e.to_string()))?;
-    parse(&text).map_err(|errors| ConfigErrors {
-        file: path.to_owned(),
-        errors,
-    })
+    edge_kit::config_file::load(path, parse)
 }
 
 /// Parses and validates YAML text; errors are `(field path, message)` pairs.

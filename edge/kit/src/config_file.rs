@@ -1,0 +1,71 @@
+//! Reading a config file: every problem is reported with the file and the field it is
+//! about, one per line (`/etc/edge/edge.yaml: routes[2].secrets: must not be empty`), the
+//! same way by every binary, at start, in `check-config` and on reload.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Reads `path` and hands its text to `parse`, which returns the settings or every
+/// `(field, message)` it found wrong.
+pub fn load<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, Vec<(String, String)>>,
+) -> Result<T, ConfigErrors> {
+    let errors = |errors| ConfigErrors {
+        file: path.to_owned(),
+        errors,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| errors(vec![("(file)".to_owned(), e.to_string())]))?;
+    parse(&text).map_err(errors)
+}
+
+/// Every problem found in a config file.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    pub file: PathBuf,
+    pub errors: Vec<(String, String)>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (field, message)) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}: {field}: {message}", self.file.display())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_names_file_and_field() {
+        let dir = std::env::temp_dir().join(format!("edge-kit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.yaml");
+        std::fs::write(&path, "a: 1").unwrap();
+        let refused = load(&path, |_| -> Result<(), _> {
+            Err(vec![
+                ("a".to_owned(), "too small".to_owned()),
+                ("b".to_owned(), "missing".to_owned()),
+            ])
+        })
+        .unwrap_err();
+        let file = path.display();
+        assert_eq!(
+            refused.to_string(),
+            format!("{file}: a: too small\n{file}: b: missing")
+        );
+        let missing = load(&dir.join("none.yaml"), |_| Ok(())).unwrap_err();
+        assert_eq!(missing.errors[0].0, "(file)");
+        assert_eq!(load(&path, |text| Ok(text.len())).unwrap(), 4);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,4 @@
+//! The pieces every binary of the appliance (`edge`, `bgp-agent`, `edge-xdp`) needs
+//! the same way. Kept small: one module per concern.
+
+pub mod config_file;
