@@ -47,4 +47,10 @@ if ! command -v bpf-linker >/dev/null 2>&1; then
     LLVM_PREFIX=/usr/lib/llvm-22 cargo install bpf-linker@0.13.0 --no-default-features --features llvm-22 --quiet \
         || { echo "setup: bpf-linker failed to build (needs llvm-22-dev)" >&2; exit 1; }
 fi
+# Fuzzing the edge's parsers: cargo-fuzz drives libFuzzer on the same nightly.
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    echo "setup: installing cargo-fuzz (about 60 s)"
+    cargo install cargo-fuzz@0.13.2 --locked --quiet \
+        || { echo "setup: cargo-fuzz failed to build" >&2; exit 1; }
+fi
 echo "setup: ok"

@@ -15,6 +15,11 @@ mkdir -p target
 log=target/test.log
 cargo test --release --workspace --exclude lab 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# Every parser that faces the internet, fuzzed for a bounded time each.
+if [ "$status" -eq 0 ]; then
+    edge/fuzz/run.sh "${FUZZ_SECONDS:-30}" 2>&1 | tee -a "$log"
+    status=${PIPESTATUS[0]}
+fi
 # The lab's end-to-end scenarios print one result line each.
 if [ "$status" -eq 0 ]; then
     cargo test --release -p lab -- --nocapture 2>&1 | tee -a "$log"
@@ -23,8 +28,10 @@ fi
 
 passed=$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo 'test result: .*' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+passed=$((passed + $(grep -c '^fuzz .*no crash$' "$log")))
+failed=$((failed + $(grep -c '^fuzz .*FAILED' "$log")))
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-echo; grep -E '^(scenario|lab:) ' "$log"
+echo; grep -E '^(scenario|lab:|fuzz) ' "$log"
 echo "tests finished in $(( $(date +%s) - started ))s"
 echo "$passed passed, $failed failed"
 exit "$status"
