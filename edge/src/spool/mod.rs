@@ -184,7 +184,7 @@ impl Spool {
     /// state, and says so, once a segment's worth is free.
     fn has_room_again(&self) -> bool {
         let room = nix::sys::statvfs::statvfs(&self.shared.dir)
-            .map(|fs| fs.blocks_available() as u64 * fs.fragment_size() as u64)
+            .map(|fs| fs.blocks_available() * fs.fragment_size())
             .unwrap_or(0);
         room >= self.shared.room_to_resume && self.shared.disk_full.swap(false, Ordering::AcqRel)
     }
