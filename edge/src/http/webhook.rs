@@ -38,7 +38,7 @@ pub async fn handle(
         app.metrics.reject("unknown_path");
         let mut response = json(StatusCode::NOT_FOUND, r#"{"error":"unknown path"}"#);
         response.headers_mut().insert(POP_HEADER, app.pop.clone());
-        discard_rest(body);
+        discard_rest(body, parts.version, &response);
         return Ok(response);
     };
     let routed = tokio::time::timeout(
@@ -46,7 +46,6 @@ pub async fn handle(
         handle_route(&app, &entry, arrival, &parts, &mut body),
     )
     .await;
-    discard_rest(body);
     let mut response = match routed {
         Ok(response) => response,
         Err(_) => {
@@ -66,6 +65,7 @@ pub async fn handle(
     };
     app.metrics.request(&entry.name, response.status());
     response.headers_mut().insert(POP_HEADER, app.pop.clone());
+    discard_rest(body, parts.version, &response);
     Ok(response)
 }
 
@@ -262,10 +262,21 @@ async fn read_body(body: &mut Incoming, limit: u64, rate: BodyRate) -> Result<By
 
 /// Reads and throws away what the client still sends after its answer was decided, in
 /// the background and bounded in bytes and time, so its stream (HTTP/2) or connection
-/// (HTTP/1.1) ends normally and the client reads the answer. A body declared larger than
-/// the bound is not worth it: dropped at once, the client sees a reset.
-fn discard_rest(mut body: Incoming) {
-    if body.is_end_stream() || body.size_hint().lower() > DISCARD_BYTES {
+/// (HTTP/1.1) ends normally and the client reads the answer. Not worth it for a body
+/// declared larger than the bound (the client sees a reset), after a 408 (the sender is
+/// too slow: reading on would hold its connection for it), or when the HTTP/1.1 answer
+/// closes the connection anyway.
+fn discard_rest(mut body: Incoming, version: http::Version, answer: &Response<ResponseBody>) {
+    let closing = version != http::Version::HTTP_2
+        && answer
+            .headers()
+            .get(header::CONNECTION)
+            .is_some_and(|v| v == "close");
+    if body.is_end_stream()
+        || body.size_hint().lower() > DISCARD_BYTES
+        || answer.status() == StatusCode::REQUEST_TIMEOUT
+        || closing
+    {
         return;
     }
     tokio::spawn(async move {
