@@ -1,0 +1,484 @@
+//! The admission decision, pure: no I/O, time passed in (a `Duration` since any fixed
+//! origin), so every rule is tested on a scripted clock.
+//!
+//! - **Adaptive concurrency limit** (Gradient2, after Netflix's concurrency-limits): a
+//!   fast and a slow average of the time requests spend doing real work; the gradient
+//!   `slow / fast`, clamped to 0.5–1.0, shrinks the limit when work gets slower; headroom
+//!   of `sqrt(limit)` lets it grow while latency is steady; the step is smoothed.
+//! - **Overload flag** (CoDel, RFC 8289, as Facebook's Wangle uses it for request
+//!   queues): set when the *minimum* wait for a slot over a whole interval stayed above
+//!   the target — a standing queue, not a burst.
+//! - **A bounded wait queue** with a maximum wait, served newest first (LIFO): the newest
+//!   request is the likeliest to still meet its sender's deadline.
+//! - **Priorities**: `High` is shed only when the queue is full, `Default` also while
+//!   overloaded, `Low` whenever no slot is free.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// A point in time, as a duration since an origin the caller fixes.
+pub type Time = Duration;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub initial_limit: f64,
+    pub min_limit: f64,
+    pub max_limit: f64,
+    /// Weight of each new limit step (Gradient2's default 0.2).
+    pub smoothing: f64,
+    /// CoDel target: a minimum wait above this for a whole `interval` is overload.
+    pub target_delay: Duration,
+    pub interval: Duration,
+    /// The longest a request waits for a slot before it is shed.
+    pub max_wait: Duration,
+    pub max_queue: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            initial_limit: 64.0,
+            min_limit: 8.0,
+            max_limit: 1024.0,
+            smoothing: 0.2,
+            target_delay: Duration::from_millis(5),
+            interval: Duration::from_millis(100),
+            max_wait: Duration::from_millis(500),
+            max_queue: 1024,
+        }
+    }
+}
+
+/// How a route's requests are treated under overload; set by route config (by default
+/// from how its provider retries), never by a request header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Shed whenever no slot is free.
+    Low,
+    /// Shed while overloaded (or the queue is full).
+    Default,
+    /// Shed only when the wait queue is full.
+    High,
+}
+
+impl Priority {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Default => "default",
+            Priority::High => "high",
+        }
+    }
+}
+
+/// Why a request was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShedReason {
+    /// A low-priority request found no free slot.
+    NoSlot,
+    /// A default-priority request arrived while the overload flag was up.
+    Overloaded,
+    QueueFull,
+    /// Waited `max_wait` without getting a slot.
+    WaitExpired,
+    /// The spool is filling: lower priorities are shed first.
+    SpoolPressure,
+}
+
+impl ShedReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::NoSlot => "no_slot",
+            ShedReason::Overloaded => "overloaded",
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::WaitExpired => "wait_expired",
+            ShedReason::SpoolPressure => "spool_pressure",
+        }
+    }
+}
+
+/// A place in the wait queue.
+pub type Ticket = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Admitted,
+    /// Wait for [`Limiter::release`] to grant the ticket, or cancel it after `max_wait`.
+    Queued(Ticket),
+    Shed(ShedReason),
+}
+
+#[derive(Clone, Debug)]
+pub struct Limiter {
+    settings: Settings,
+    limit: f64,
+    inflight: usize,
+    queue: VecDeque<Waiter>,
+    next_ticket: Ticket,
+    fast_rtt: Option<f64>,
+    slow_rtt: Option<f64>,
+    interval_end: Time,
+    min_delay: Option<Duration>,
+    overloaded: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    ticket: Ticket,
+    since: Time,
+}
+
+impl Limiter {
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            limit: settings.initial_limit,
+            interval_end: settings.interval,
+            settings,
+            inflight: 0,
+            queue: VecDeque::new(),
+            next_ticket: 0,
+            fast_rtt: None,
+            slow_rtt: None,
+            min_delay: None,
+            overloaded: false,
+        }
+    }
+
+    /// Would a request of `priority` be shed right now? Asked before reading a body, so
+    /// shedding costs nothing; [`Limiter::acquire`] applies the same rules.
+    pub fn shed_now(&mut self, now: Time, priority: Priority) -> Option<ShedReason> {
+        self.roll_interval(now);
+        if self.slot_free() {
+            return None;
+        }
+        self.queue_rule(priority)
+    }
+
+    pub fn acquire(&mut self, now: Time, priority: Priority) -> Decision {
+        self.roll_interval(now);
+        if self.slot_free() {
+            self.inflight += 1;
+            self.observe_delay(Duration::ZERO);
+            return Decision::Admitted;
+        }
+        if let Some(reason) = self.queue_rule(priority) {
+            return Decision::Shed(reason);
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.queue.push_back(Waiter { ticket, since: now });
+        Decision::Queued(ticket)
+    }
+
+    /// A slot is given back; `work` is how long it did real work (`None` for a request
+    /// that ended fast without any, which says nothing about capacity). Returns the
+    /// tickets granted a slot, newest first.
+    pub fn release(&mut self, now: Time, work: Option<Duration>) -> Vec<Ticket> {
+        self.inflight = self.inflight.saturating_sub(1);
+        if let Some(work) = work {
+            self.update_limit(work.as_secs_f64());
+        }
+        self.roll_interval(now);
+        let mut granted = Vec::new();
+        while self.inflight < self.limit() {
+            let Some(waiter) = self.queue.pop_back() else {
+                break;
+            };
+            self.inflight += 1;
+            self.observe_delay(now.saturating_sub(waiter.since));
+            granted.push(waiter.ticket);
+        }
+        granted
+    }
+
+    /// Takes a ticket out of the queue (waited `max_wait`, or its client went away).
+    /// `false` when it is no longer queued: it was granted meanwhile, and its slot must
+    /// be released.
+    pub fn cancel(&mut self, now: Time, ticket: Ticket) -> bool {
+        let Some(at) = self.queue.iter().position(|w| w.ticket == ticket) else {
+            return false;
+        };
+        let waiter = self.queue.remove(at).expect("position is in range");
+        self.roll_interval(now);
+        self.observe_delay(now.saturating_sub(waiter.since));
+        true
+    }
+
+    /// The current limit, whole slots.
+    pub fn limit(&self) -> usize {
+        self.limit as usize
+    }
+
+    pub fn inflight(&self) -> usize {
+        self.inflight
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn overloaded(&self) -> bool {
+        self.overloaded
+    }
+
+    pub fn max_wait(&self) -> Duration {
+        self.settings.max_wait
+    }
+
+    fn slot_free(&self) -> bool {
+        self.inflight < self.limit() && self.queue.is_empty()
+    }
+
+    /// With no slot free: shed by priority, or `None` to queue.
+    fn queue_rule(&self, priority: Priority) -> Option<ShedReason> {
+        let full = self.queue.len() >= self.settings.max_queue;
+        match priority {
+            Priority::Low => Some(ShedReason::NoSlot),
+            _ if full => Some(ShedReason::QueueFull),
+            Priority::Default if self.overloaded => Some(ShedReason::Overloaded),
+            _ => None,
+        }
+    }
+
+    /// Ends the CoDel interval when it is over: overloaded if even its smallest wait was
+    /// above target. An interval in which nobody got a slot but some waited counts the
+    /// shortest current wait.
+    fn roll_interval(&mut self, now: Time) {
+        if now < self.interval_end {
+            return;
+        }
+        let standing = self.queue.iter().map(|w| now.saturating_sub(w.since)).min();
+        self.overloaded = self
+            .min_delay
+            .or(standing)
+            .is_some_and(|delay| delay > self.settings.target_delay);
+        self.min_delay = None;
+        self.interval_end = now + self.settings.interval;
+    }
+
+    fn observe_delay(&mut self, delay: Duration) {
+        self.min_delay = Some(self.min_delay.map_or(delay, |min| min.min(delay)));
+    }
+
+    /// Gradient2: limit ← smooth(gradient × limit + sqrt(limit)).
+    fn update_limit(&mut self, rtt: f64) {
+        if rtt <= 0.0 {
+            return;
+        }
+        let fast = ewma(self.fast_rtt, rtt, FAST_WEIGHT);
+        let mut slow = ewma(self.slow_rtt, rtt, SLOW_WEIGHT);
+        // After a slow period the slow average lags far behind: let it follow down, so
+        // the limit is not held at its floor once work is fast again.
+        if slow / fast > 2.0 {
+            slow *= 0.95;
+        }
+        self.fast_rtt = Some(fast);
+        self.slow_rtt = Some(slow);
+        let gradient = (slow / fast).clamp(0.5, 1.0);
+        let next = gradient * self.limit + self.limit.sqrt();
+        let smoothed =
+            self.limit * (1.0 - self.settings.smoothing) + next * self.settings.smoothing;
+        self.limit = smoothed.clamp(self.settings.min_limit, self.settings.max_limit);
+    }
+}
+
+fn ewma(average: Option<f64>, sample: f64, weight: f64) -> f64 {
+    average.map_or(sample, |a| a + weight * (sample - a))
+}
+
+/// About the last 10 samples.
+const FAST_WEIGHT: f64 = 0.1;
+/// About the last 500 samples.
+const SLOW_WEIGHT: f64 = 0.002;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Time {
+        Duration::from_millis(n)
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            initial_limit: 10.0,
+            min_limit: 2.0,
+            max_limit: 100.0,
+            max_queue: 4,
+            ..Settings::default()
+        }
+    }
+
+    /// Runs `rounds` of `concurrency` low-priority requests (shed, not queued, when no
+    /// slot is free) that each work `work`; returns the clock after.
+    fn steady(
+        l: &mut Limiter,
+        start: Time,
+        rounds: u64,
+        concurrency: usize,
+        work: Duration,
+    ) -> Time {
+        let mut now = start;
+        for _ in 0..rounds {
+            let admitted = (0..concurrency)
+                .filter(|_| l.acquire(now, Priority::Low) == Decision::Admitted)
+                .count();
+            now += work;
+            for _ in 0..admitted {
+                l.release(now, Some(work));
+            }
+        }
+        now
+    }
+
+    #[test]
+    fn the_limit_shrinks_when_work_slows_and_recovers_when_it_is_fast_again() {
+        let mut l = Limiter::new(settings());
+        let now = steady(&mut l, ms(0), 300, 8, ms(2));
+        let steady_limit = l.limit();
+        assert!(
+            steady_limit >= 10,
+            "steady latency lets the limit grow: {steady_limit}"
+        );
+        let now = steady(&mut l, now, 100, 8, ms(20));
+        let slowed = l.limit();
+        assert!(
+            slowed < steady_limit / 2,
+            "latency x10: {steady_limit} -> {slowed}"
+        );
+        steady(&mut l, now, 600, 8, ms(2));
+        assert!(
+            l.limit() > slowed * 2,
+            "fast again: {slowed} -> {}",
+            l.limit()
+        );
+    }
+
+    #[test]
+    fn the_limit_stays_within_its_bounds() {
+        let mut l = Limiter::new(settings());
+        steady(&mut l, ms(0), 2000, 4, ms(1));
+        assert!(l.limit() <= 100);
+        let mut l = Limiter::new(settings());
+        let now = steady(&mut l, ms(0), 50, 4, ms(1));
+        steady(&mut l, now, 500, 4, ms(500));
+        assert!(l.limit() >= 2);
+    }
+
+    #[test]
+    fn a_burst_queues_without_raising_the_overload_flag() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            assert_eq!(l.acquire(ms(0), Priority::High), Decision::Admitted);
+        }
+        let queued = l.acquire(ms(1), Priority::Default);
+        assert!(matches!(queued, Decision::Queued(_)));
+        // The burst drains quickly; later requests get a slot at once.
+        for _ in 0..10 {
+            l.release(ms(3), None);
+        }
+        for t in [50, 120, 180, 250] {
+            assert_eq!(l.acquire(ms(t), Priority::Default), Decision::Admitted);
+            l.release(ms(t + 1), None);
+        }
+        assert!(!l.overloaded());
+    }
+
+    #[test]
+    fn a_standing_queue_raises_the_flag_and_sheds_default_but_not_high() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            l.acquire(ms(0), Priority::High);
+        }
+        // Every slot stays busy: each waiter is served 20 ms after it queued.
+        let mut now = ms(0);
+        let mut waiting = Vec::new();
+        while now < ms(300) {
+            if let Decision::Queued(ticket) = l.acquire(now, Priority::High) {
+                waiting.push(ticket);
+            }
+            now += ms(10);
+            if now >= ms(20) {
+                l.release(now, None);
+            }
+        }
+        assert!(
+            l.overloaded(),
+            "min wait stayed above 5 ms for whole intervals"
+        );
+        assert_eq!(
+            l.shed_now(now, Priority::Default),
+            Some(ShedReason::Overloaded)
+        );
+        assert_eq!(
+            l.acquire(now, Priority::Default),
+            Decision::Shed(ShedReason::Overloaded)
+        );
+        assert_eq!(l.shed_now(now, Priority::High), None);
+    }
+
+    #[test]
+    fn priorities_shed_in_order() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            l.acquire(ms(0), Priority::High);
+        }
+        assert_eq!(
+            l.acquire(ms(1), Priority::Low),
+            Decision::Shed(ShedReason::NoSlot)
+        );
+        for _ in 0..4 {
+            assert!(matches!(
+                l.acquire(ms(1), Priority::Default),
+                Decision::Queued(_)
+            ));
+        }
+        assert_eq!(
+            l.acquire(ms(1), Priority::High),
+            Decision::Shed(ShedReason::QueueFull)
+        );
+        assert_eq!(
+            l.acquire(ms(1), Priority::Default),
+            Decision::Shed(ShedReason::QueueFull)
+        );
+    }
+
+    #[test]
+    fn the_queue_is_served_newest_first() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            l.acquire(ms(0), Priority::High);
+        }
+        let tickets: Vec<Ticket> = (0..3)
+            .map(|i| match l.acquire(ms(i), Priority::High) {
+                Decision::Queued(t) => t,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(l.release(ms(4), None), vec![tickets[2]]);
+        assert_eq!(l.release(ms(5), None), vec![tickets[1]]);
+        assert_eq!(l.inflight(), 10);
+    }
+
+    #[test]
+    fn a_cancelled_ticket_leaves_the_queue_and_a_granted_one_cannot_be_cancelled() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            l.acquire(ms(0), Priority::High);
+        }
+        let Decision::Queued(expired) = l.acquire(ms(0), Priority::High) else {
+            panic!()
+        };
+        let Decision::Queued(served) = l.acquire(ms(1), Priority::High) else {
+            panic!()
+        };
+        assert!(l.cancel(ms(500), expired));
+        assert_eq!(l.queued(), 1);
+        assert_eq!(l.release(ms(501), None), vec![served]);
+        assert!(
+            !l.cancel(ms(502), served),
+            "granted: the caller owns a slot"
+        );
+    }
+}
