@@ -9,6 +9,9 @@ use std::time::Duration;
 use http::{HeaderName, StatusCode};
 use serde::Deserialize;
 
+use crate::admission::AdmissionSettings;
+use crate::admission::limiter::{self, Priority};
+use crate::admission::rate_limit::Rate;
 use crate::verify::{self, Digest, Encoding, HmacSpec, Provider, Scheme, Verifier};
 
 /// Validated settings, ready to use.
@@ -22,6 +25,7 @@ pub struct Settings {
     pub spool: SpoolSettings,
     pub http: HttpSettings,
     pub connections: crate::conn_limits::Caps,
+    pub admission: AdmissionSettings,
     pub drain_grace: Duration,
     pub shutdown_timeout: Duration,
     pub routes: Vec<Route>,
@@ -150,6 +154,8 @@ pub struct SpoolSettings {
     pub max_batch_delay: Duration,
     /// Fraction of `max_bytes` above which `/readyz` fails.
     pub high_water: f64,
+    /// Testing only: a pause after each fsync, to rehearse a slow disk.
+    pub sync_delay: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -182,6 +188,10 @@ pub struct Route {
     pub ack_status: StatusCode,
     pub dedupe_window: usize,
     pub early_data: EarlyDataPolicy,
+    /// Who is shed first under overload (by default from how the provider retries).
+    pub priority: Priority,
+    /// Per-source request rate (429 beyond it); `None`: no limit.
+    pub rate_limit: Option<Rate>,
 }
 
 /// What a route does with a request that arrived as replayable 0-RTT early data.
@@ -273,6 +283,8 @@ struct RawConfig {
     http: RawHttp,
     #[serde(default)]
     connections: RawConnections,
+    #[serde(default)]
+    admission: RawAdmission,
     #[serde(default = "default_drain_grace", with = "humantime_serde")]
     drain_grace: Duration,
     #[serde(default = "default_shutdown_timeout", with = "humantime_serde")]
@@ -456,6 +468,8 @@ struct RawSpool {
     max_batch_delay: Duration,
     #[serde(default = "default_high_water")]
     high_water: f64,
+    #[serde(default, with = "humantime_serde")]
+    sync_delay: Duration,
 }
 
 #[derive(Deserialize)]
@@ -526,6 +540,117 @@ struct RawRoute {
     dedupe_window: usize,
     #[serde(default)]
     early_data: EarlyDataPolicy,
+    priority: Option<Priority>,
+    rate_limit: Option<RawRate>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRate {
+    per_second: f64,
+    burst: f64,
+}
+
+/// Admission control; every field documented with its default.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawAdmission {
+    /// false: admit everything (for comparison runs).
+    enabled: bool,
+    /// Concurrency limit to start from; it adapts between min and max.
+    initial_limit: u32,
+    min_limit: u32,
+    max_limit: u32,
+    /// CoDel: a minimum wait for a slot above this, for a whole interval, is overload.
+    #[serde(with = "humantime_serde")]
+    target_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    interval: Duration,
+    /// Longest wait for a slot before 503.
+    #[serde(with = "humantime_serde")]
+    max_wait: Duration,
+    max_queue: usize,
+    /// Fraction of spool.max_bytes above which low-priority routes are shed.
+    spool_shed_low_above: f64,
+    /// Fraction above which only high-priority routes are admitted.
+    spool_high_only_above: f64,
+}
+
+impl Default for RawAdmission {
+    fn default() -> Self {
+        let limiter = limiter::Settings::default();
+        Self {
+            enabled: true,
+            initial_limit: limiter.initial_limit as u32,
+            min_limit: limiter.min_limit as u32,
+            max_limit: limiter.max_limit as u32,
+            target_delay: limiter.target_delay,
+            interval: limiter.interval,
+            max_wait: limiter.max_wait,
+            max_queue: limiter.max_queue,
+            spool_shed_low_above: 0.6,
+            spool_high_only_above: 0.8,
+        }
+    }
+}
+
+impl RawAdmission {
+    fn validate(
+        self,
+        trusted: &[ipnet::IpNet],
+        err: &mut impl FnMut(String, &str),
+    ) -> AdmissionSettings {
+        let at = |field: &str| format!("admission.{field}");
+        if !(1 <= self.min_limit
+            && self.min_limit <= self.initial_limit
+            && self.initial_limit <= self.max_limit)
+        {
+            err(
+                at("initial_limit"),
+                "needs 1 <= min_limit <= initial_limit <= max_limit",
+            );
+        }
+        if self.target_delay.is_zero() || self.interval < self.target_delay {
+            err(at("interval"), "needs 0 < target_delay <= interval");
+        }
+        if self.max_wait.is_zero() {
+            err(at("max_wait"), "must be positive");
+        }
+        if !(0.0 < self.spool_shed_low_above
+            && self.spool_shed_low_above <= self.spool_high_only_above
+            && self.spool_high_only_above <= 1.0)
+        {
+            err(
+                at("spool_shed_low_above"),
+                "needs 0 < spool_shed_low_above <= spool_high_only_above <= 1",
+            );
+        }
+        AdmissionSettings {
+            enabled: self.enabled,
+            limiter: limiter::Settings {
+                initial_limit: f64::from(self.initial_limit),
+                min_limit: f64::from(self.min_limit),
+                max_limit: f64::from(self.max_limit),
+                target_delay: self.target_delay,
+                interval: self.interval,
+                max_wait: self.max_wait,
+                max_queue: self.max_queue,
+                ..limiter::Settings::default()
+            },
+            spool_shed_low_above: self.spool_shed_low_above,
+            spool_high_only_above: self.spool_high_only_above,
+            trusted: trusted.to_vec(),
+        }
+    }
+}
+
+/// Priority by how a provider retries: GitHub does not redeliver, so its deliveries are
+/// shed last; Stripe, Shopify, Slack and Standard Webhooks senders retry for hours.
+pub fn default_priority(provider: Provider) -> Priority {
+    match provider {
+        Provider::Github => Priority::High,
+        _ => Priority::Default,
+    }
 }
 
 #[derive(Deserialize)]
@@ -821,6 +946,15 @@ impl RawConfig {
                     None,
                 ),
             };
+            let rate_limit = raw.rate_limit.map(|rate| {
+                if !(rate.per_second > 0.0 && rate.burst >= 1.0) {
+                    err(at("rate_limit"), "needs per_second > 0 and burst >= 1");
+                }
+                Rate {
+                    per_second: rate.per_second,
+                    burst: rate.burst,
+                }
+            });
             routes.push(Route {
                 name,
                 path: raw.path,
@@ -831,9 +965,12 @@ impl RawConfig {
                 ack_status,
                 dedupe_window: raw.dedupe_window,
                 early_data: raw.early_data,
+                priority: raw.priority.unwrap_or(default_priority(raw.provider)),
+                rate_limit,
             });
         }
 
+        let admission = self.admission.validate(&self.connections.trusted, &mut err);
         let backhaul = self.backhaul.and_then(|raw| {
             if raw.max_in_flight == 0 {
                 err("backhaul.max_in_flight".into(), "must be positive");
@@ -951,6 +1088,7 @@ impl RawConfig {
                 segment_bytes: self.spool.segment_bytes.as_u64(),
                 max_batch_delay: self.spool.max_batch_delay,
                 high_water: self.spool.high_water,
+                sync_delay: self.spool.sync_delay,
             },
             http: HttpSettings {
                 max_header_bytes: self.http.max_header_bytes.as_u64() as usize,
@@ -971,6 +1109,7 @@ impl RawConfig {
                     lifetime: self.http.max_connection_lifetime,
                 },
             },
+            admission,
             connections: crate::conn_limits::Caps {
                 max_total: self.connections.max,
                 max_per_source: self.connections.per_source,

@@ -49,6 +49,26 @@ pub fn event_id(
     Ok(id)
 }
 
+/// The delivery id a request claims in a header, before anything is verified: what a
+/// refused request is logged (and can be redelivered) by. Stripe and Slack put their ids
+/// only in the body, which a refused request never has read.
+pub fn claimed_id(
+    provider: Provider,
+    id_header: Option<&HeaderName>,
+    headers: &HeaderMap,
+) -> Option<String> {
+    let value = match provider {
+        Provider::Github => headers.get("x-github-delivery"),
+        Provider::Shopify => headers.get("x-shopify-webhook-id"),
+        Provider::Standard => headers.get("webhook-id"),
+        Provider::Hmac => id_header.and_then(|name| headers.get(name)),
+        Provider::Stripe | Provider::Slack => None,
+    }?;
+    let id = value.to_str().ok()?.trim();
+    let visible = id.bytes().all(|b| b.is_ascii_graphic());
+    (!id.is_empty() && id.len() <= MAX_EVENT_ID_LEN && visible).then(|| id.to_owned())
+}
+
 /// The request headers stored with the event and forwarded to the origin: content
 /// type, user agent, and every header of the provider's own families (including the
 /// signature, so the origin can verify again).
@@ -94,6 +114,25 @@ fn body_digest(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claimed_id_comes_from_the_providers_header_and_is_sanitised() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-github-delivery", "72d3162e".parse().unwrap());
+        headers.insert("webhook-id", "msg 1".parse().unwrap());
+        assert_eq!(
+            claimed_id(Provider::Github, None, &headers).as_deref(),
+            Some("72d3162e")
+        );
+        assert_eq!(claimed_id(Provider::Standard, None, &headers), None);
+        assert_eq!(claimed_id(Provider::Stripe, None, &headers), None);
+        let custom = HeaderName::from_static("x-request-id");
+        headers.insert(&custom, "req-9".parse().unwrap());
+        assert_eq!(
+            claimed_id(Provider::Hmac, Some(&custom), &headers).as_deref(),
+            Some("req-9")
+        );
+    }
     use crate::verify::test_support::headers;
 
     #[test]

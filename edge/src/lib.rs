@@ -7,6 +7,7 @@
 //! the origin queue.
 
 pub mod admin;
+pub mod admission;
 pub mod backhaul;
 pub mod config;
 pub mod conn_limits;

@@ -8,6 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::admission::AdmissionMetrics;
 use crate::spool::{AppendError, Appended};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -45,6 +46,8 @@ pub struct ResultLabel {
 
 pub struct Metrics {
     registry: Registry,
+    /// Owned by admission control, registered here under `webhook_ingress_*`.
+    pub admission: AdmissionMetrics,
     pub config_reloads: Family<ResultLabel, Counter>,
     /// 1 at start, +1 per applied reload: which config a PoP runs, at a glance.
     pub config_generation: Gauge,
@@ -83,11 +86,10 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(pop: &str) -> Self {
-        let mut registry = Registry::with_prefix_and_labels(
-            "edge",
-            [("pop".into(), pop.to_owned().into())].into_iter(),
-        );
+        let mut root = Registry::with_labels([("pop".into(), pop.to_owned().into())].into_iter());
+        let registry = root.sub_registry_with_prefix("edge");
         let m = Self {
+            admission: AdmissionMetrics::default(),
             config_reloads: Family::default(),
             config_generation: Gauge::default(),
             requests: Family::default(),
@@ -282,7 +284,11 @@ impl Metrics {
             "Config generation: 1 at start, +1 per applied reload",
             m.config_generation.clone(),
         );
-        Self { registry, ..m }
+        m.admission.register(&mut root);
+        Self {
+            registry: root,
+            ..m
+        }
     }
 
     pub fn encode(&self) -> String {

@@ -98,6 +98,7 @@ impl Reloader {
                 &settings,
                 Arc::clone(&self.spool),
                 Arc::clone(&self.metrics),
+                Arc::clone(&running.app.admission),
             )),
             tls,
             handshake_timeout: settings.tls.handshake_timeout,

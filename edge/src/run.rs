@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::admin::{Admin, Readiness};
+use crate::admission::Admission;
 use crate::config::Settings;
 use crate::http::{App, connection_builder};
 use crate::metrics::Metrics;
@@ -60,6 +61,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("admin_listen {}", settings.admin_listen))?;
 
+    let admission = Admission::new(settings.admission.clone(), metrics.admission.clone());
     let readiness = Arc::new(Readiness::default());
     let admin = Arc::new(Admin {
         readiness: Arc::clone(&readiness),
@@ -74,6 +76,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
                 &settings,
                 Arc::clone(&spool),
                 Arc::clone(&metrics),
+                Arc::clone(&admission),
             )),
             tls: tls_config,
             handshake_timeout: settings.tls.handshake_timeout,

@@ -197,6 +197,7 @@ impl Server {
             // Before the client's Finished, nothing proves the request is not a replay.
             let arrival = Arrival {
                 early: !handshake.is_done(),
+                source: peer.ip(),
             };
             webhook::handle(Arc::clone(&server.live.load().app), arrival, request)
         });

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 
+use crate::admission::Admission;
 use crate::config::{HttpSettings, Route, Settings};
 use crate::metrics::Metrics;
 use crate::spool::Spool;
@@ -24,6 +25,9 @@ pub struct App {
     pub request_timeout: std::time::Duration,
     pub slow_body_log: crate::log_throttle::LogThrottle,
     pub too_early_log: crate::log_throttle::LogThrottle,
+    pub shed_log: crate::log_throttle::LogThrottle,
+    /// Lives across reloads: the adaptive limit and the queue are the process's.
+    pub admission: Arc<Admission>,
     pub spool: Arc<Spool>,
     pub metrics: Arc<Metrics>,
 }
@@ -35,7 +39,12 @@ pub struct RouteEntry {
 }
 
 impl App {
-    pub fn new(settings: &Settings, spool: Arc<Spool>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        settings: &Settings,
+        spool: Arc<Spool>,
+        metrics: Arc<Metrics>,
+        admission: Arc<Admission>,
+    ) -> Self {
         let routes = settings
             .routes
             .iter()
@@ -55,6 +64,8 @@ impl App {
             request_timeout: settings.http.request_timeout,
             slow_body_log: Default::default(),
             too_early_log: Default::default(),
+            shed_log: Default::default(),
+            admission,
             spool,
             metrics,
         }

@@ -15,6 +15,7 @@ use hyper::body::{Body, Incoming};
 
 use super::body_rate::BodyRate;
 use super::{App, RouteEntry};
+use crate::admission::Refusal;
 use crate::config::EarlyDataPolicy;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
@@ -22,10 +23,12 @@ use crate::verify::{Provider, url_verification_challenge};
 
 pub type ResponseBody = Full<Bytes>;
 
-/// Whether the request arrived as TLS early data (0-RTT); decided by the connection.
-#[derive(Clone, Copy, Debug, Default)]
+/// What the connection knows about a request: whether it arrived as TLS early data
+/// (0-RTT), and from where.
+#[derive(Clone, Copy, Debug)]
 pub struct Arrival {
     pub early: bool,
+    pub source: std::net::IpAddr,
 }
 
 pub async fn handle(
@@ -100,6 +103,16 @@ async fn handle_route(
     if body.size_hint().lower() > route.max_body {
         return too_large(route.max_body);
     }
+    // Shedding before the body is read costs the sender one round trip and us nothing.
+    if let Err(refusal) = app.admission.check(
+        &entry.name,
+        route.priority,
+        route.rate_limit,
+        arrival.source,
+        app.spool.fill(),
+    ) {
+        return refused(app, entry, &parts.headers, refusal);
+    }
     let received_ms = now_ms();
     let body = match read_body(body, route.max_body, app.body_rate).await {
         Ok(body) => body,
@@ -123,6 +136,11 @@ async fn handle_route(
         }
     };
 
+    // The slot covers verify, append and fsync: the work the adaptive limit measures.
+    let mut permit = match app.admission.acquire(route.priority).await {
+        Ok(permit) => permit,
+        Err(reason) => return refused(app, entry, &parts.headers, Refusal::Shed(reason)),
+    };
     if let Err(e) = route
         .verifier
         .verify(&parts.headers, &body, SystemTime::now())
@@ -165,7 +183,11 @@ async fn handle_route(
         event_id,
         body,
     };
-    match app.spool.append(new_event).await {
+    let appended = app.spool.append(new_event).await;
+    if appended.is_ok() {
+        permit.worked();
+    }
+    match appended {
         Ok(Appended::Stored { seq }) => ack(route.ack_status, seq, false),
         Ok(Appended::Duplicate { seq }) => {
             app.metrics
@@ -191,6 +213,52 @@ async fn handle_route(
             response
         }
     }
+}
+
+/// 503 (shed) or 429 (rate limited), each with a jittered `Retry-After`, a JSON body
+/// that says why, and a throttled log line (the metric is counted by admission).
+fn refused(
+    app: &App,
+    entry: &RouteEntry,
+    headers: &http::HeaderMap,
+    refusal: Refusal,
+) -> Response<ResponseBody> {
+    let (status, reason, retry_after) = match refusal {
+        Refusal::Shed(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            reason.as_str(),
+            retry_after(now_ms()),
+        ),
+        Refusal::RateLimited(wait) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            HeaderValue::from(wait.as_secs().max(1)),
+        ),
+    };
+    let claimed_id = crate::event::claimed_id(
+        entry.route.provider,
+        entry.route.id_header.as_ref(),
+        headers,
+    );
+    if app.shed_log.allow() {
+        tracing::warn!(route = %entry.name, priority = entry.route.priority.as_str(), reason, claimed_id, status = status.as_u16(), "request refused by admission control (logged at most once a second)");
+    }
+    let mut response = json(
+        status,
+        &format!(
+            r#"{{"error":"{}","reason":"{reason}","priority":"{}"}}"#,
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                "too many requests from this source; retry later"
+            } else {
+                "overloaded; retry later"
+            },
+            entry.route.priority.as_str()
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, retry_after);
+    response
 }
 
 /// Applies the route's 0-RTT policy to an early request: `Some` answer ends it (425).

@@ -79,6 +79,7 @@ pub(crate) struct Shared {
     checkpoint: AtomicU64,
     bytes: AtomicU64,
     high_water_bytes: u64,
+    max_bytes: u64,
     failed: AtomicBool,
     /// Set by the writer on ENOSPC, cleared by the next append that fits.
     disk_full: AtomicBool,
@@ -106,6 +107,7 @@ impl Spool {
             checkpoint: AtomicU64::new(recovered.checkpoint),
             bytes: AtomicU64::new(recovered.total_bytes),
             high_water_bytes: (settings.max_bytes as f64 * settings.high_water) as u64,
+            max_bytes: settings.max_bytes,
             failed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
             room_to_resume: settings.segment_bytes,
@@ -164,6 +166,11 @@ impl Spool {
             }
             notified.await;
         }
+    }
+
+    /// How full the spool is, as a fraction of `max_bytes` (admission sheds by it).
+    pub fn fill(&self) -> f64 {
+        self.shared.bytes.load(Ordering::Acquire) as f64 / self.shared.max_bytes as f64
     }
 
     /// Why the spool cannot take new events, if it cannot (for readiness).
@@ -258,6 +265,7 @@ mod tests {
             segment_bytes: 4096,
             max_batch_delay: Duration::from_millis(1),
             high_water: 0.9,
+            sync_delay: Duration::ZERO,
         }
     }
 

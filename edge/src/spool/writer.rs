@@ -39,6 +39,7 @@ pub(super) struct Writer {
     segment_bytes: u64,
     max_bytes: u64,
     max_batch_delay: Duration,
+    sync_delay: Duration,
     segments: BTreeMap<u64, SegmentMeta>,
     active: File,
     next_seq: u64,
@@ -71,6 +72,7 @@ impl Writer {
             segment_bytes: settings.segment_bytes,
             max_bytes: settings.max_bytes,
             max_batch_delay: settings.max_batch_delay,
+            sync_delay: settings.sync_delay,
             segments: recovered.segments,
             active: recovered.active,
             next_seq: recovered.next_seq,
@@ -314,6 +316,9 @@ impl Writer {
         self.active.write_all_at(buf, offset)?;
         let started = Instant::now();
         self.active.sync_data()?;
+        if !self.sync_delay.is_zero() {
+            std::thread::sleep(self.sync_delay);
+        }
         self.metrics
             .spool_fsync_seconds
             .observe(started.elapsed().as_secs_f64());

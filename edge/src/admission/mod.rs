@@ -1,0 +1,478 @@
+//! Admission control on the webhook path: say no early, cheaply and explicitly to what
+//! can be replayed, and keep serving what cannot.
+//!
+//! Before a request's body is read, [`Admission::check`] applies the per-source rate
+//! limit (429), spool pressure and the limiter's shedding rules (503): a refusal costs no
+//! body bytes. Once the body is in, [`Admission::acquire`] takes a concurrency slot
+//! (waiting briefly in the queue if need be) that the request holds through verify,
+//! spool append and fsync: the work the adaptive limit measures. Holding slots during
+//! slow uploads would let slow senders take every slot. The decisions are in the pure
+//! [`limiter`] and [`rate_limit`]; this module adds the clock, the waiting and metrics.
+
+pub mod limiter;
+pub mod rate_limit;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::sync::oneshot;
+
+use limiter::{Decision, Limiter, Priority, ShedReason, Ticket};
+use rate_limit::{Rate, RateLimits, Source};
+
+/// Settings of the `admission` config section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdmissionSettings {
+    /// Off: every request is admitted at once (for comparison runs).
+    pub enabled: bool,
+    pub limiter: limiter::Settings,
+    /// Above this fraction of `spool.max_bytes`, `low` routes are shed.
+    pub spool_shed_low_above: f64,
+    /// Above this fraction only `high` routes are admitted.
+    pub spool_high_only_above: f64,
+    /// Sources exempt from rate limits (provider egress ranges).
+    pub trusted: Vec<IpNet>,
+}
+
+/// Why a request was refused before its body was read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Refusal {
+    /// 503 + Retry-After.
+    Shed(ShedReason),
+    /// 429 + Retry-After: the source is over its route's rate; the wait until a token.
+    RateLimited(Duration),
+}
+
+pub struct Admission {
+    settings: AdmissionSettings,
+    origin: Instant,
+    state: Mutex<State>,
+    metrics: AdmissionMetrics,
+}
+
+struct State {
+    limiter: Limiter,
+    waiters: HashMap<Ticket, oneshot::Sender<()>>,
+    rates: RateLimits<Arc<str>>,
+}
+
+/// A concurrency slot, given back when dropped. Call [`Permit::worked`] once the
+/// request did the work the limit is about (stored an event), so its time feeds the
+/// adaptive limit; a request that ended early says nothing about capacity.
+pub struct Permit {
+    admission: Arc<Admission>,
+    since: Instant,
+    worked: bool,
+}
+
+impl Admission {
+    pub fn new(settings: AdmissionSettings, metrics: AdmissionMetrics) -> Arc<Self> {
+        metrics.limit.set(settings.limiter.initial_limit as i64);
+        Arc::new(Self {
+            state: Mutex::new(State {
+                limiter: Limiter::new(settings.limiter.clone()),
+                waiters: HashMap::new(),
+                rates: RateLimits::default(),
+            }),
+            settings,
+            origin: Instant::now(),
+            metrics,
+        })
+    }
+
+    /// Before the body: `Err` refuses the request now.
+    pub fn check(
+        &self,
+        route: &Arc<str>,
+        priority: Priority,
+        rate: Option<Rate>,
+        source: IpAddr,
+        spool_fill: f64,
+    ) -> Result<(), Refusal> {
+        if !self.settings.enabled {
+            return Ok(());
+        }
+        let now = self.now();
+        let mut state = self.state.lock().expect("admission state");
+        if let Some(rate) = rate
+            && !self
+                .settings
+                .trusted
+                .iter()
+                .any(|net| net.contains(&source))
+            && let Err(wait) = state.rates.take(now, route, Source::of(source), rate)
+        {
+            drop(state);
+            self.metrics.shed(priority, "rate_limited");
+            return Err(Refusal::RateLimited(wait));
+        }
+        let shed = spool_pressure(&self.settings, priority, spool_fill)
+            .or_else(|| state.limiter.shed_now(now, priority));
+        self.metrics
+            .overloaded
+            .set(state.limiter.overloaded() as i64);
+        drop(state);
+        match shed {
+            Some(reason) => {
+                self.metrics.shed(priority, reason.as_str());
+                Err(Refusal::Shed(reason))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// After the body: a slot, possibly after waiting in the queue up to `max_wait`.
+    pub async fn acquire(self: &Arc<Self>, priority: Priority) -> Result<Permit, ShedReason> {
+        let started = Instant::now();
+        if !self.settings.enabled {
+            return Ok(self.admitted(started));
+        }
+        match self.enter(priority) {
+            Entry::Admitted => Ok(self.admitted(started)),
+            Entry::Queued(ticket, granted) => self.wait(ticket, granted, priority, started).await,
+            Entry::Shed(reason) => {
+                self.metrics.shed(priority, reason.as_str());
+                Err(reason)
+            }
+        }
+    }
+
+    /// The limiter's decision; a queued request also gets the receiver of its grant.
+    fn enter(&self, priority: Priority) -> Entry {
+        let mut state = self.state.lock().expect("admission state");
+        match state.limiter.acquire(self.now(), priority) {
+            Decision::Admitted => Entry::Admitted,
+            Decision::Shed(reason) => Entry::Shed(reason),
+            Decision::Queued(ticket) => {
+                let (granted, wait) = oneshot::channel();
+                state.waiters.insert(ticket, granted);
+                Entry::Queued(ticket, wait)
+            }
+        }
+    }
+
+    async fn wait(
+        self: &Arc<Self>,
+        ticket: Ticket,
+        granted: oneshot::Receiver<()>,
+        priority: Priority,
+        started: Instant,
+    ) -> Result<Permit, ShedReason> {
+        let max_wait = self.settings.limiter.max_wait;
+        // The ticket leaves the queue however this ends (a timeout, or the request
+        // dropped while waiting): a slot granted meanwhile is given back.
+        let mut queued = TicketGuard {
+            admission: Arc::clone(self),
+            ticket: Some(ticket),
+        };
+        match tokio::time::timeout(max_wait, granted).await {
+            Ok(Ok(())) => {
+                queued.ticket = None;
+                Ok(self.admitted(started))
+            }
+            _ => {
+                let ticket = queued.ticket.take().expect("still queued");
+                if queued.admission.cancel(ticket) {
+                    self.metrics
+                        .shed(priority, ShedReason::WaitExpired.as_str());
+                    self.metrics.queue_delay.observe(max_wait.as_secs_f64());
+                    Err(ShedReason::WaitExpired)
+                } else {
+                    // Granted just as the wait ran out: take the slot.
+                    Ok(self.admitted(started))
+                }
+            }
+        }
+    }
+
+    fn admitted(self: &Arc<Self>, started: Instant) -> Permit {
+        self.metrics
+            .queue_delay
+            .observe(started.elapsed().as_secs_f64());
+        self.publish();
+        Permit {
+            admission: Arc::clone(self),
+            since: Instant::now(),
+            worked: false,
+        }
+    }
+
+    /// Takes `ticket` out of the queue; `false` when it was granted meanwhile (and its
+    /// slot is then released here).
+    fn cancel(&self, ticket: Ticket) -> bool {
+        let mut state = self.state.lock().expect("admission state");
+        state.waiters.remove(&ticket);
+        if state.limiter.cancel(self.now(), ticket) {
+            return true;
+        }
+        drop(state);
+        false
+    }
+
+    fn release(&self, work: Option<Duration>) {
+        if !self.settings.enabled {
+            self.publish();
+            return;
+        }
+        let mut state = self.state.lock().expect("admission state");
+        let granted = state.limiter.release(self.now(), work);
+        // A granted slot belongs to its waiter from now on, delivered or not: a waiter
+        // that is gone gives it back through its TicketGuard.
+        for ticket in granted {
+            if let Some(waiter) = state.waiters.remove(&ticket) {
+                let _ = waiter.send(());
+            }
+        }
+        drop(state);
+        self.publish();
+    }
+
+    fn publish(&self) {
+        let state = self.state.lock().expect("admission state");
+        self.metrics.limit.set(state.limiter.limit() as i64);
+        self.metrics.inflight.set(state.limiter.inflight() as i64);
+        self.metrics
+            .overloaded
+            .set(state.limiter.overloaded() as i64);
+    }
+
+    fn now(&self) -> limiter::Time {
+        self.origin.elapsed()
+    }
+}
+
+impl Permit {
+    pub fn worked(&mut self) {
+        self.worked = true;
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let work = self.worked.then(|| self.since.elapsed());
+        self.admission.release(work);
+    }
+}
+
+enum Entry {
+    Admitted,
+    Queued(Ticket, oneshot::Receiver<()>),
+    Shed(ShedReason),
+}
+
+/// Leaves the queue if the waiting request is dropped before it got an answer.
+struct TicketGuard {
+    admission: Arc<Admission>,
+    ticket: Option<Ticket>,
+}
+
+impl Drop for TicketGuard {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take()
+            && !self.admission.cancel(ticket)
+        {
+            self.admission.release(None);
+        }
+    }
+}
+
+/// The spool's watermarks: past the first `low` is shed, past the second only `high`
+/// gets in. (A full spool refuses at append, as ever.)
+fn spool_pressure(
+    settings: &AdmissionSettings,
+    priority: Priority,
+    fill: f64,
+) -> Option<ShedReason> {
+    let shed = (fill > settings.spool_high_only_above && priority < Priority::High)
+        || (fill > settings.spool_shed_low_above && priority == Priority::Low);
+    shed.then_some(ShedReason::SpoolPressure)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShedLabel {
+    priority: &'static str,
+    reason: &'static str,
+}
+
+/// The admission metrics, under the names the ingress literature uses
+/// (`webhook_ingress_*`). Clones share the same series.
+#[derive(Clone, Debug)]
+pub struct AdmissionMetrics {
+    limit: Gauge,
+    inflight: Gauge,
+    shed: Family<ShedLabel, Counter>,
+    queue_delay: Histogram,
+    overloaded: Gauge,
+}
+
+impl Default for AdmissionMetrics {
+    fn default() -> Self {
+        Self {
+            limit: Gauge::default(),
+            inflight: Gauge::default(),
+            shed: Family::default(),
+            // 0.25 ms to about 4 s.
+            queue_delay: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
+            overloaded: Gauge::default(),
+        }
+    }
+}
+
+impl AdmissionMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let ingress = registry.sub_registry_with_prefix("webhook_ingress");
+        ingress.register(
+            "concurrency_limit",
+            "Adaptive concurrency limit (slots for verify + spool append + fsync)",
+            self.limit.clone(),
+        );
+        ingress.register(
+            "inflight_requests",
+            "Requests holding a slot",
+            self.inflight.clone(),
+        );
+        ingress.register(
+            "shed",
+            "Requests refused by admission control, by priority and reason (rate_limited is a 429, the rest 503)",
+            self.shed.clone(),
+        );
+        ingress.register(
+            "queue_delay_seconds",
+            "Time spent waiting for a slot",
+            self.queue_delay.clone(),
+        );
+        ingress.register(
+            "overloaded",
+            "1 while the minimum wait for a slot stays above the target (CoDel)",
+            self.overloaded.clone(),
+        );
+    }
+
+    fn shed(&self, priority: Priority, reason: &'static str) {
+        self.shed
+            .get_or_create(&ShedLabel {
+                priority: priority.as_str(),
+                reason,
+            })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(enabled: bool) -> AdmissionSettings {
+        AdmissionSettings {
+            enabled,
+            limiter: limiter::Settings {
+                initial_limit: 2.0,
+                min_limit: 1.0,
+                max_limit: 4.0,
+                max_queue: 2,
+                max_wait: Duration::from_millis(200),
+                ..limiter::Settings::default()
+            },
+            spool_shed_low_above: 0.5,
+            spool_high_only_above: 0.8,
+            trusted: vec!["192.0.2.0/24".parse().unwrap()],
+        }
+    }
+
+    #[test]
+    fn spool_watermarks_shed_low_then_everything_but_high() {
+        let s = settings(true);
+        assert_eq!(spool_pressure(&s, Priority::Low, 0.4), None);
+        assert_eq!(
+            spool_pressure(&s, Priority::Low, 0.6),
+            Some(ShedReason::SpoolPressure)
+        );
+        assert_eq!(spool_pressure(&s, Priority::Default, 0.6), None);
+        assert_eq!(
+            spool_pressure(&s, Priority::Default, 0.9),
+            Some(ShedReason::SpoolPressure)
+        );
+        assert_eq!(spool_pressure(&s, Priority::High, 0.99), None);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_gets_the_slot_a_permit_gives_back_and_a_dropped_waiter_gives_it_on() {
+        let admission = Admission::new(settings(true), AdmissionMetrics::default());
+        let first = admission.acquire(Priority::High).await.unwrap();
+        let _second = admission.acquire(Priority::High).await.unwrap();
+        let waiting = tokio::spawn({
+            let admission = Arc::clone(&admission);
+            async move { admission.acquire(Priority::High).await.is_ok() }
+        });
+        let abandoned = tokio::spawn({
+            let admission = Arc::clone(&admission);
+            async move { admission.acquire(Priority::High).await.is_ok() }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        abandoned.abort();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(first);
+        assert!(
+            waiting.await.unwrap(),
+            "the queued request got the freed slot"
+        );
+        let state = admission.state.lock().unwrap();
+        assert_eq!((state.limiter.inflight(), state.limiter.queued()), (1, 0));
+        assert!(state.waiters.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_wait_past_max_wait_is_shed() {
+        let admission = Admission::new(settings(true), AdmissionMetrics::default());
+        let _held: Vec<Permit> = vec![
+            admission.acquire(Priority::High).await.unwrap(),
+            admission.acquire(Priority::High).await.unwrap(),
+        ];
+        let started = Instant::now();
+        let shed = admission.acquire(Priority::High).await.err();
+        assert_eq!(shed, Some(ShedReason::WaitExpired));
+        assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[test]
+    fn rate_limits_spare_trusted_sources_and_off_admits_everything() {
+        let admission = Admission::new(settings(true), AdmissionMetrics::default());
+        let route: Arc<str> = Arc::from("r");
+        let rate = Some(Rate {
+            per_second: 1.0,
+            burst: 1.0,
+        });
+        let outsider: IpAddr = "198.51.100.7".parse().unwrap();
+        let trusted: IpAddr = "192.0.2.7".parse().unwrap();
+        assert_eq!(
+            admission.check(&route, Priority::High, rate, outsider, 0.0),
+            Ok(())
+        );
+        assert!(matches!(
+            admission.check(&route, Priority::High, rate, outsider, 0.0),
+            Err(Refusal::RateLimited(_))
+        ));
+        for _ in 0..5 {
+            assert_eq!(
+                admission.check(&route, Priority::High, rate, trusted, 0.0),
+                Ok(())
+            );
+        }
+        let off = Admission::new(settings(false), AdmissionMetrics::default());
+        for _ in 0..5 {
+            assert_eq!(
+                off.check(&route, Priority::Low, rate, outsider, 1.0),
+                Ok(())
+            );
+        }
+    }
+}
