@@ -28,6 +28,13 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Print the shed ledger of a spool directory as JSON lines: requests refused by
+    /// admission control with the delivery id they claimed (unverified), for
+    /// reconciliation (e.g. GitHub's redelivery API).
+    ShedLedger {
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// Print the records in a spool directory as JSON lines (read-only; safe while the
     /// edge runs).
     SpoolDump {
@@ -86,6 +93,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::ShedLedger { dir } => match edge::admission::ledger::read(&dir) {
+            Ok(entries) => {
+                for entry in entries {
+                    println!("{}", serde_json::to_string(&entry).expect("serializes"));
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", dir.display());
+                ExitCode::FAILURE
+            }
+        },
         Command::SpoolDump { dir, bodies } => match edge::spool::dump(&dir) {
             Ok(records) => {
                 for record in records {

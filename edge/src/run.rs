@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use crate::admin::{Admin, Readiness};
 use crate::admission::Admission;
+use crate::admission::ledger::Ledger;
 use crate::config::Settings;
 use crate::http::{App, connection_builder};
 use crate::metrics::Metrics;
@@ -61,7 +62,23 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("admin_listen {}", settings.admin_listen))?;
 
-    let admission = Admission::new(settings.admission.clone(), metrics.admission.clone());
+    let sink = match &settings.backhaul {
+        Some(backhaul) => Some(Arc::new(
+            crate::backhaul::Sink::connect(backhaul, &settings.pop, Arc::clone(&metrics)).await?,
+        )),
+        None => None,
+    };
+    let ledger = Ledger::start(
+        &settings.spool.dir,
+        SHED_LEDGER_BYTES,
+        sink.clone(),
+        metrics.admission.ledger_dropped.clone(),
+    );
+    let admission = Admission::new(
+        settings.admission.clone(),
+        metrics.admission.clone(),
+        Some(ledger),
+    );
     let readiness = Arc::new(Readiness::default());
     let admin = Arc::new(Admin {
         readiness: Arc::clone(&readiness),
@@ -90,12 +107,8 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         refusal_log: Default::default(),
     });
     let (stop_backhaul, backhaul_stopped) = watch::channel(false);
-    let backhaul = match &settings.backhaul {
-        Some(backhaul) => {
-            let sink = Arc::new(
-                crate::backhaul::Sink::connect(backhaul, &settings.pop, Arc::clone(&metrics))
-                    .await?,
-            );
+    let backhaul = match (&settings.backhaul, sink) {
+        (Some(backhaul), Some(sink)) => {
             let task = crate::backhaul::run(
                 Arc::clone(&spool),
                 sink,
@@ -105,7 +118,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
             );
             Some(tokio::spawn(task.in_current_span()))
         }
-        None => {
+        _ => {
             tracing::warn!("no backhaul configured: events stay in the spool");
             None
         }
@@ -162,5 +175,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The shed ledger's file is started afresh past this, once shipped.
+const SHED_LEDGER_BYTES: u64 = 16 << 20;
 /// Descriptors the edge needs besides client connections (spool, admin, backhaul, logs).
 const FD_RESERVE: u64 = 64;

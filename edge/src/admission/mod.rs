@@ -9,6 +9,7 @@
 //! slow uploads would let slow senders take every slot. The decisions are in the pure
 //! [`limiter`] and [`rate_limit`]; this module adds the clock, the waiting and metrics.
 
+pub mod ledger;
 pub mod limiter;
 pub mod rate_limit;
 
@@ -26,6 +27,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 
+use ledger::{Ledger, ShedEntry};
 use limiter::{Decision, Limiter, Priority, ShedReason, Ticket};
 use rate_limit::{Rate, RateLimits, Source};
 
@@ -57,6 +59,7 @@ pub struct Admission {
     origin: Instant,
     state: Mutex<State>,
     metrics: AdmissionMetrics,
+    ledger: Option<Ledger>,
 }
 
 struct State {
@@ -75,7 +78,12 @@ pub struct Permit {
 }
 
 impl Admission {
-    pub fn new(settings: AdmissionSettings, metrics: AdmissionMetrics) -> Arc<Self> {
+    /// `ledger` keeps what was refused for reconciliation (see [`ledger`]).
+    pub fn new(
+        settings: AdmissionSettings,
+        metrics: AdmissionMetrics,
+        ledger: Option<Ledger>,
+    ) -> Arc<Self> {
         metrics.limit.set(settings.limiter.initial_limit as i64);
         Arc::new(Self {
             state: Mutex::new(State {
@@ -86,7 +94,15 @@ impl Admission {
             settings,
             origin: Instant::now(),
             metrics,
+            ledger,
         })
+    }
+
+    /// Writes a refused request that claims a delivery id into the shed ledger.
+    pub fn record_shed(&self, entry: ShedEntry) {
+        if let Some(ledger) = &self.ledger {
+            ledger.record(entry);
+        }
     }
 
     /// Before the body: `Err` refuses the request now.
@@ -312,6 +328,8 @@ pub struct AdmissionMetrics {
     shed: Family<ShedLabel, Counter>,
     queue_delay: Histogram,
     overloaded: Gauge,
+    /// Shed-ledger entries lost (hand-off full, file full of unshipped lines, write error).
+    pub ledger_dropped: Counter,
 }
 
 impl Default for AdmissionMetrics {
@@ -323,6 +341,7 @@ impl Default for AdmissionMetrics {
             // 0.25 ms to about 4 s.
             queue_delay: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
             overloaded: Gauge::default(),
+            ledger_dropped: Counter::default(),
         }
     }
 }
@@ -349,6 +368,11 @@ impl AdmissionMetrics {
             "queue_delay_seconds",
             "Time spent waiting for a slot",
             self.queue_delay.clone(),
+        );
+        ingress.register(
+            "shed_ledger_dropped",
+            "Refused requests with a delivery id that the shed ledger could not keep",
+            self.ledger_dropped.clone(),
         );
         ingress.register(
             "overloaded",
@@ -406,7 +430,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_gets_the_slot_a_permit_gives_back_and_a_dropped_waiter_gives_it_on() {
-        let admission = Admission::new(settings(true), AdmissionMetrics::default());
+        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
         let first = admission.acquire(Priority::High).await.unwrap();
         let _second = admission.acquire(Priority::High).await.unwrap();
         let waiting = tokio::spawn({
@@ -432,7 +456,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_past_max_wait_is_shed() {
-        let admission = Admission::new(settings(true), AdmissionMetrics::default());
+        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
         let _held: Vec<Permit> = vec![
             admission.acquire(Priority::High).await.unwrap(),
             admission.acquire(Priority::High).await.unwrap(),
@@ -445,7 +469,7 @@ mod tests {
 
     #[test]
     fn rate_limits_spare_trusted_sources_and_off_admits_everything() {
-        let admission = Admission::new(settings(true), AdmissionMetrics::default());
+        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
         let route: Arc<str> = Arc::from("r");
         let rate = Some(Rate {
             per_second: 1.0,
@@ -467,7 +491,7 @@ mod tests {
                 Ok(())
             );
         }
-        let off = Admission::new(settings(false), AdmissionMetrics::default());
+        let off = Admission::new(settings(false), AdmissionMetrics::default(), None);
         for _ in 0..5 {
             assert_eq!(
                 off.check(&route, Priority::Low, rate, outsider, 1.0),

@@ -73,4 +73,15 @@ impl Sink {
             Sink::Http(sink) => sink.deliver(record).await,
         }
     }
+
+    /// Ships one shed-ledger entry (JSON) to the origin, `id` de-duplicating a resend.
+    /// NATS only: the HTTP origin API has no place for it, so it stays in the local file.
+    pub async fn publish_shed(&self, entry: &[u8], id: &str) -> Result<(), DeliveryError> {
+        match self {
+            Sink::Nats(sink) => sink.publish_shed(entry, id).await,
+            Sink::Http(_) => Err(DeliveryError::Rejected(
+                "the http sink does not carry the shed ledger".into(),
+            )),
+        }
+    }
 }

@@ -23,6 +23,8 @@ pub struct NatsSink {
     jetstream: jetstream::Context,
     settings: NatsSettings,
     stream_ready: OnceCell<()>,
+    /// `webhooks.shed.<pop>`: where the shed ledger goes.
+    shed_subject: String,
     metrics: Arc<Metrics>,
     pub(super) origin_back: Arc<Notify>,
 }
@@ -103,6 +105,7 @@ impl NatsSink {
             jetstream,
             settings: settings.clone(),
             stream_ready: OnceCell::new(),
+            shed_subject: format!("webhooks.shed.{}", token(pop)),
             metrics,
             origin_back,
         })
@@ -141,6 +144,24 @@ impl NatsSink {
         if ack.duplicate {
             self.metrics.backhaul_duplicates.inc();
         }
+        Ok(())
+    }
+
+    pub async fn publish_shed(&self, entry: &[u8], id: &str) -> Result<(), DeliveryError> {
+        if self.client.connection_state() != async_nats::connection::State::Connected {
+            return Err(retry("not_connected", "no connection to NATS".into()));
+        }
+        self.stream_ready
+            .get_or_try_init(|| self.ensure_stream())
+            .await?;
+        let mut headers = HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
+        self.jetstream
+            .publish_with_headers(self.shed_subject.clone(), headers, entry.to_vec().into())
+            .await
+            .map_err(|e| retry("publish", e.to_string()))?
+            .await
+            .map_err(|e| retry("puback", e.to_string()))?;
         Ok(())
     }
 

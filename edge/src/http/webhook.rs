@@ -16,6 +16,7 @@ use hyper::body::{Body, Incoming};
 use super::body_rate::BodyRate;
 use super::{App, RouteEntry};
 use crate::admission::Refusal;
+use crate::admission::ledger::ShedEntry;
 use crate::config::EarlyDataPolicy;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
@@ -240,6 +241,18 @@ fn refused(
         entry.route.id_header.as_ref(),
         headers,
     );
+    if let Some(id) = &claimed_id {
+        app.admission.record_shed(ShedEntry {
+            time_ms: now_ms(),
+            pop: app.pop.to_str().unwrap_or_default().to_owned(),
+            route: entry.name.to_string(),
+            provider: entry.route.provider.as_str().to_owned(),
+            claimed_id: id.clone(),
+            reason: reason.to_owned(),
+            status: status.as_u16(),
+            verified: false,
+        });
+    }
     if app.shed_log.allow() {
         tracing::warn!(route = %entry.name, priority = entry.route.priority.as_str(), reason, claimed_id, status = status.as_u16(), "request refused by admission control (logged at most once a second)");
     }
