@@ -395,3 +395,84 @@ async fn post_padded(edge: &Edge, ids: Vec<String>) -> Vec<(String, u16, Option<
     }
     answers
 }
+
+/// Low-priority GitHub deliveries shed on a slow disk are kept in the shed ledger with
+/// the delivery ids they claimed (listed by `edge shed-ledger`), unverified, and reach
+/// the origin on their own subject so a job there can ask GitHub to redeliver them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shed_deliveries_are_in_the_ledger_and_reach_the_origin() {
+    let nats = Nats::start();
+    let bulk = "  - path: /hooks/bulk\n    provider: github\n    secrets: [\"gh-secret\"]\n    priority: low\n";
+    let edge = Edge::start("  sync_delay: 30ms\n", bulk).with_section(&format!(
+        "{}admission: {{ initial_limit: 2, min_limit: 1, max_limit: 2 }}\n",
+        backhaul_config(&nats)
+    ));
+    let client = client(&edge, false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let id = format!("bulk-{i}");
+        let request = signed_github(
+            client.post(edge.url("/hooks/bulk")),
+            &id,
+            body_for(&id).as_bytes(),
+        );
+        tasks.spawn(async move { (id, request.send().await.unwrap().status().as_u16()) });
+    }
+    let mut shed = HashSet::new();
+    while let Some(answer) = tasks.join_next().await {
+        let (id, status) = answer.unwrap();
+        if status == 503 {
+            shed.insert(id);
+        }
+    }
+    assert!(shed.len() >= 10, "only {} of 40 shed", shed.len());
+
+    let started = Instant::now();
+    let listed = loop {
+        let out = Command::new(edge_bin())
+            .args(["shed-ledger", "--dir"])
+            .arg(edge.spool_dir())
+            .output()
+            .unwrap();
+        let entries: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let ids: HashSet<String> = entries
+            .iter()
+            .map(|e| e["claimed_id"].as_str().unwrap().to_owned())
+            .collect();
+        if ids.is_superset(&shed) || started.elapsed() > Duration::from_secs(5) {
+            assert!(entries.iter().all(|e| e["verified"] == false
+                && e["status"] == 503
+                && e["route"] == "hooks_bulk"));
+            break ids;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        listed.is_superset(&shed),
+        "ledger {listed:?} lacks some of {shed:?}"
+    );
+
+    let started = Instant::now();
+    loop {
+        let at_origin: HashSet<String> = stream_messages(&nats)
+            .await
+            .into_iter()
+            .filter(|(id, _)| id.starts_with("shed-"))
+            .map(|(_, (payload, _))| {
+                let entry: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+                entry["claimed_id"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        if at_origin.is_superset(&shed) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "shed ids at the origin: {at_origin:?}, shed: {shed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
