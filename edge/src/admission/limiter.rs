@@ -6,8 +6,10 @@
 //!   `slow / fast`, clamped to 0.5–1.0, shrinks the limit when work gets slower; headroom
 //!   of `sqrt(limit)` lets it grow while latency is steady; the step is smoothed.
 //! - **Overload flag** (CoDel, RFC 8289, as Facebook's Wangle uses it for request
-//!   queues): set when the *minimum* wait for a slot over a whole interval stayed above
-//!   the target — a standing queue, not a burst.
+//!   queues): set when the *minimum* queueing delay over a whole interval stayed above
+//!   the target — a standing queue, not a burst. The delay sampled is the age of the
+//!   oldest waiter (0 when the queue is empty): with a LIFO queue the request served
+//!   next is the newest, whose short wait would hide a queue that never drains.
 //! - **A bounded wait queue** with a maximum wait, served newest first (LIFO): the newest
 //!   request is the likeliest to still meet its sender's deadline.
 //! - **Priorities**: `High` is shed only when the queue is full, `Default` also while
@@ -159,7 +161,7 @@ impl Limiter {
         self.roll_interval(now);
         if self.slot_free() {
             self.inflight += 1;
-            self.observe_delay(Duration::ZERO);
+            self.observe_queue(now);
             return Decision::Admitted;
         }
         if let Some(reason) = self.queue_rule(priority) {
@@ -186,9 +188,9 @@ impl Limiter {
                 break;
             };
             self.inflight += 1;
-            self.observe_delay(now.saturating_sub(waiter.since));
             granted.push(waiter.ticket);
         }
+        self.observe_queue(now);
         granted
     }
 
@@ -199,9 +201,9 @@ impl Limiter {
         let Some(at) = self.queue.iter().position(|w| w.ticket == ticket) else {
             return false;
         };
-        let waiter = self.queue.remove(at).expect("position is in range");
+        self.queue.remove(at);
         self.roll_interval(now);
-        self.observe_delay(now.saturating_sub(waiter.since));
+        self.observe_queue(now);
         true
     }
 
@@ -241,24 +243,28 @@ impl Limiter {
         }
     }
 
-    /// Ends the CoDel interval when it is over: overloaded if even its smallest wait was
-    /// above target. An interval in which nobody got a slot but some waited counts the
-    /// shortest current wait.
+    /// Ends the CoDel interval when it is over: overloaded if even its smallest queueing
+    /// delay was above target (an interval without events counts the queue as it is).
     fn roll_interval(&mut self, now: Time) {
         if now < self.interval_end {
             return;
         }
-        let standing = self.queue.iter().map(|w| now.saturating_sub(w.since)).min();
-        self.overloaded = self
-            .min_delay
-            .or(standing)
-            .is_some_and(|delay| delay > self.settings.target_delay);
+        let delay = self.min_delay.unwrap_or_else(|| self.oldest_wait(now));
+        self.overloaded = delay > self.settings.target_delay;
         self.min_delay = None;
         self.interval_end = now + self.settings.interval;
     }
 
-    fn observe_delay(&mut self, delay: Duration) {
+    /// Samples the queueing delay: how long the oldest waiter has waited (0: no queue).
+    fn observe_queue(&mut self, now: Time) {
+        let delay = self.oldest_wait(now);
         self.min_delay = Some(self.min_delay.map_or(delay, |min| min.min(delay)));
+    }
+
+    fn oldest_wait(&self, now: Time) -> Duration {
+        self.queue
+            .front()
+            .map_or(Duration::ZERO, |oldest| now.saturating_sub(oldest.since))
     }
 
     /// Gradient2: limit ← smooth(gradient × limit + sqrt(limit)).
