@@ -1,0 +1,253 @@
+//! Admission control under an open-loop overload (a constant arrival rate, not a fixed
+//! number of connections: a closed loop slows down with the server and hides overload).
+//!
+//! Measures the edge's capacity (closed loop), its unloaded p99, then offers 3x that
+//! capacity for 30 s, 20 % to a high, 40 % to a default and 40 % to a low priority route, once
+//! with admission control on and once off (same build, `admission.enabled: false`), and
+//! prints a table: success per priority (a 2xx within GitHub's 10 s deadline), p99 of
+//! admitted requests against the unloaded p99, p99 of shed answers, peak RSS.
+//!
+//!     cargo bench -p edge --bench admission            (OVERLOAD_SECONDS=30, FACTOR=3)
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const ROUTES: &str = "  - path: /hooks/ops\n    provider: github\n    secrets: [\"gh-secret\"]\n    priority: default\n  - path: /hooks/bulk\n    provider: github\n    secrets: [\"gh-secret\"]\n    priority: low\n";
+const PATHS: [&str; 3] = ["/hooks/github", "/hooks/ops", "/hooks/bulk"];
+const DEADLINE: Duration = Duration::from_secs(10);
+/// The priority mix, as indexes into PATHS: 20 % high (a provider that does not retry,
+/// GitHub), 40 % default, 40 % low.
+const MIX: [usize; 5] = [0, 1, 1, 2, 2];
+/// Warm connections (HTTP/2, up to 128 streams each), for both loops.
+const CONNECTIONS: usize = 32;
+/// Closed-loop senders, each waiting for its answer before the next request.
+const SENDERS: usize = 512;
+
+fn main() {
+    raise_open_files();
+    let seconds: u64 = env_or("OVERLOAD_SECONDS", 30);
+    let factor: f64 = env_or("FACTOR", 3.0);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body_bytes: usize = env_or("BODY_BYTES", 60_000);
+    let body = Arc::new(format!(r#"{{"pad":"{}"}}"#, "x".repeat(body_bytes)));
+    // The edge gets CPU 0 and this client CPU 1, so the edge is what saturates: a 64 KiB
+    // body costs the edge an HMAC over it, the client only its TLS encryption.
+    pin_to_cpu(1);
+
+    let capacity = {
+        let edge = start(false);
+        runtime.block_on(closed_loop(&edge, &body, SENDERS, Duration::from_secs(5)))
+    };
+    let unloaded_p99 = {
+        let edge = start(true);
+        let rate = capacity * 0.3;
+        let run = runtime.block_on(open_loop(&edge, &body, rate, Duration::from_secs(5)));
+        percentile(
+            run.iter()
+                .filter(|r| r.status == Some(202))
+                .map(|r| r.latency),
+            0.99,
+        )
+    };
+    let rate = capacity * factor;
+    println!(
+        "capacity (closed loop, {SENDERS} senders over {CONNECTIONS} HTTP/2 connections): {capacity:.0} req/s; unloaded p99 {:.1} ms; offering {rate:.0} req/s ({factor}x) for {seconds} s",
+        ms(unloaded_p99)
+    );
+    println!(
+        "| admission | high ok | default ok | low ok | admitted p99 | (x unloaded) | shed p99 | peak RSS |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for enabled in [true, false] {
+        let edge = start(enabled);
+        let run = runtime.block_on(open_loop(&edge, &body, rate, Duration::from_secs(seconds)));
+        let ok = |path: &str| {
+            let of: Vec<&Outcome> = run.iter().filter(|r| r.path == path).collect();
+            100.0 * of.iter().filter(|r| r.status == Some(202)).count() as f64 / of.len() as f64
+        };
+        let admitted = percentile(
+            run.iter()
+                .filter(|r| r.status == Some(202))
+                .map(|r| r.latency),
+            0.99,
+        );
+        let shed = percentile(
+            run.iter()
+                .filter(|r| r.status == Some(503))
+                .map(|r| r.latency),
+            0.99,
+        );
+        println!(
+            "| {} | {:.1} % | {:.1} % | {:.1} % | {:.1} ms | {:.1}x | {} | {} MB |",
+            if enabled { "on" } else { "off" },
+            ok(PATHS[0]),
+            ok(PATHS[1]),
+            ok(PATHS[2]),
+            ms(admitted),
+            ms(admitted) / ms(unloaded_p99),
+            if shed.is_zero() {
+                "-".to_owned()
+            } else {
+                format!("{:.1} ms", ms(shed))
+            },
+            peak_rss_kib(edge.pid()) / 1024
+        );
+        let high: Vec<&Outcome> = run.iter().filter(|r| r.path == PATHS[0]).collect();
+        let mut statuses = std::collections::BTreeMap::new();
+        for r in &high {
+            *statuses.entry(r.status).or_insert(0) += 1;
+        }
+        let shed: Vec<String> = edge
+            .metrics()
+            .lines()
+            .filter(|l| l.starts_with("webhook_ingress_shed_total"))
+            .map(str::to_owned)
+            .collect();
+        eprintln!(
+            "  high priority answers {statuses:?}; limit at the end {}; {}",
+            edge.metric("webhook_ingress_concurrency_limit{"),
+            shed.join("; ")
+        );
+    }
+}
+
+struct Outcome {
+    path: &'static str,
+    /// `None`: no answer within the deadline, or the connection failed.
+    status: Option<u16>,
+    latency: Duration,
+}
+
+fn start(admission: bool) -> Edge {
+    let edge = Edge::start("", ROUTES).with_section(&format!(
+        "connections: {{ max: 60000, per_source: 60000, per_trusted_source: 60000 }}\nadmission: {{ enabled: {admission} }}\n"
+    ));
+    let pinned = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", "0", &edge.pid().to_string()])
+        .output()
+        .unwrap();
+    assert!(pinned.status.success(), "taskset: {pinned:?}");
+    edge
+}
+
+fn pin_to_cpu(cpu: usize) {
+    let pinned = std::process::Command::new("taskset")
+        .args([
+            "-a",
+            "-p",
+            "-c",
+            &cpu.to_string(),
+            &std::process::id().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(pinned.status.success(), "taskset: {pinned:?}");
+}
+
+/// Completed requests per second with `senders` senders, each waiting for its answer.
+async fn closed_loop(edge: &Edge, body: &Arc<String>, senders: usize, length: Duration) -> f64 {
+    let clients: Vec<reqwest::Client> = (0..CONNECTIONS).map(|_| client(edge, true)).collect();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for sender in 0..senders {
+        let client = clients[sender % CONNECTIONS].clone();
+        let (url, body) = (edge.url(PATHS[0]), Arc::clone(body));
+        tasks.spawn(async move {
+            let mut done = 0u64;
+            while started.elapsed() < length {
+                let delivery = format!("cap-{sender}-{done}");
+                let sent = signed_github(client.post(&url), &delivery, body.as_bytes())
+                    .send()
+                    .await;
+                done += u64::from(sent.is_ok_and(|r| r.status() == 202));
+            }
+            done
+        });
+    }
+    let mut done = 0;
+    while let Some(count) = tasks.join_next().await {
+        done += count.unwrap();
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+/// `rate` requests a second for `length`, whatever the answers take, in the MIX of
+/// priorities, round-robin over warm HTTP/2 connections.
+async fn open_loop(edge: &Edge, body: &Arc<String>, rate: f64, length: Duration) -> Vec<Outcome> {
+    // Warm connections, as senders keep them: HTTP/2, each its own pool and connection.
+    let clients: Vec<reqwest::Client> = (0..CONNECTIONS).map(|_| client(edge, true)).collect();
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let started = tokio::time::Instant::now();
+    let total = (rate * length.as_secs_f64()) as u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..total {
+        tokio::time::sleep_until(started + interval.mul_f64(n as f64)).await;
+        let path = PATHS[MIX[n as usize % MIX.len()]];
+        let request = signed_github(
+            clients[n as usize % CONNECTIONS].post(edge.url(path)),
+            &format!("open-{}-{n}", edge.port),
+            body.as_bytes(),
+        );
+        tasks.spawn(async move {
+            let sent = Instant::now();
+            let status = match tokio::time::timeout(DEADLINE, request.send()).await {
+                Ok(Ok(response)) => Some(response.status().as_u16()),
+                _ => None,
+            };
+            Outcome {
+                path,
+                status,
+                latency: sent.elapsed(),
+            }
+        });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(outcome) = tasks.join_next().await {
+        outcomes.push(outcome.unwrap());
+    }
+    outcomes
+}
+
+fn percentile(values: impl Iterator<Item = Duration>, q: f64) -> Duration {
+    let mut values: Vec<Duration> = values.collect();
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.sort();
+    values[((values.len() - 1) as f64 * q) as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn peak_rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn raise_open_files() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
