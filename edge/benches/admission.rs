@@ -10,7 +10,6 @@
 //!     cargo bench -p edge --bench admission            (OVERLOAD_SECONDS=30, FACTOR=3)
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::sync::Arc;
