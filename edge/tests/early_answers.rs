@@ -1,4 +1,4 @@
-//! Answers decided before the request body ended (404, 405, 413, 425) reach common
+//! Answers decided before the request body ended (404, 405, 413, 425, 431) reach common
 //! clients: curl over HTTP/2 and HTTP/1.1 (50 times each: losing the answer was a race
 //! between the answer and a reset while curl was still sending), and the h2 crate
 //! reading the answer mid-upload, finishing the upload, and using the connection again.
@@ -19,11 +19,14 @@ fn curl_gets_every_early_answer_over_http2_and_http1() {
     // Twenty times the route's 64 KiB limit, well past HTTP/2's initial windows.
     std::fs::write(&body, vec![b'x'; 1_310_720]).unwrap();
     let body_arg = format!("@{}", body.display());
-    let cases: [(&str, &[&str], &str); 4] = [
+    // Over http.max_header_bytes (16 KiB by default), under twice it.
+    let big_header = format!("X-Padding: {}", "p".repeat(20 * 1024));
+    let cases: [(&str, &[&str], &str); 5] = [
         ("404", &["-X", "POST"], "/nope"),
         ("405", &["-X", "PUT"], "/hooks/github"),
         ("413", &["-X", "POST"], "/hooks/github"),
         ("425", &["-H", "Early-Data: 1"], "/hooks/github"),
+        ("431", &["-H", &big_header], "/hooks/github"),
     ];
     for version in ["--http2", "--http1.1"] {
         for (expected, args, path) in cases {

@@ -23,9 +23,14 @@ pub struct App {
     pub routes: HashMap<String, Arc<RouteEntry>>,
     pub body_rate: body_rate::BodyRate,
     pub request_timeout: std::time::Duration,
+    /// The request-head limits, enforced here so a 431 is an answer like any other (the
+    /// rest of the body discarded) rather than hyper closing the connection on it.
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
     pub slow_body_log: crate::log_throttle::LogThrottle,
     pub too_early_log: crate::log_throttle::LogThrottle,
     pub shed_log: crate::log_throttle::LogThrottle,
+    pub head_log: crate::log_throttle::LogThrottle,
     /// Lives across reloads: the adaptive limit and the queue are the process's.
     pub admission: Arc<Admission>,
     pub spool: Arc<Spool>,
@@ -62,9 +67,12 @@ impl App {
             routes,
             body_rate: settings.http.body_rate,
             request_timeout: settings.http.request_timeout,
+            max_header_bytes: settings.http.max_header_bytes,
+            max_headers: settings.http.max_headers,
             slow_body_log: Default::default(),
             too_early_log: Default::default(),
             shed_log: Default::default(),
+            head_log: Default::default(),
             admission,
             spool,
             metrics,
@@ -72,24 +80,31 @@ impl App {
     }
 }
 
-/// hyper's HTTP/1.1 + HTTP/2 server settings, from config. Header size and count over the
-/// limits are answered 431 by hyper itself.
+/// hyper's HTTP/1.1 + HTTP/2 server settings, from config. hyper parses request heads up
+/// to twice the configured limits, so that the request path answers a head over them
+/// with a 431 its sender reads (hyper's own 431 closes the connection while a client may
+/// still be sending, and curl then loses it); beyond twice, hyper refuses by itself.
 pub fn connection_builder(settings: &HttpSettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_timeout)
-        .max_buf_size(settings.max_header_bytes.max(8192))
-        .max_headers(settings.max_headers);
+        .max_buf_size((settings.max_header_bytes * HEAD_PARSE_FACTOR).max(8192))
+        .max_headers(settings.max_headers * HEAD_PARSE_FACTOR);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.h2_max_concurrent_streams)
         .keep_alive_interval(Some(settings.h2_keepalive_interval))
         .keep_alive_timeout(settings.h2_keepalive_timeout)
-        .max_header_list_size(u32::try_from(settings.max_header_bytes).unwrap_or(u32::MAX))
+        .max_header_list_size(
+            u32::try_from(settings.max_header_bytes * HEAD_PARSE_FACTOR).unwrap_or(u32::MAX),
+        )
         .max_pending_accept_reset_streams(64)
         .max_local_error_reset_streams(256);
     builder
 }
+
+/// How far past the configured head limits hyper parses (see [`connection_builder`]).
+const HEAD_PARSE_FACTOR: usize = 2;

@@ -38,6 +38,11 @@ pub async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let (parts, mut body) = request.into_parts();
+    if let Some(mut response) = oversized_head(&app, &parts.headers) {
+        response.headers_mut().insert(POP_HEADER, app.pop.clone());
+        discard_rest(body, parts.version, &response);
+        return Ok(response);
+    }
     let Some(entry) = app.routes.get(parts.uri.path()).cloned() else {
         app.metrics.reject("unknown_path");
         let mut response = json(StatusCode::NOT_FOUND, r#"{"error":"unknown path"}"#);
@@ -214,6 +219,30 @@ async fn handle_route(
             response
         }
     }
+}
+
+/// 431 when the head is over `http.max_header_bytes` (counted as HTTP/2 does: name +
+/// value + 32 per field) or `http.max_headers`.
+fn oversized_head(app: &App, headers: &http::HeaderMap) -> Option<Response<ResponseBody>> {
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 32)
+        .sum();
+    if bytes <= app.max_header_bytes && headers.len() <= app.max_headers {
+        return None;
+    }
+    app.metrics.reject("header_too_large");
+    if app.head_log.allow() {
+        tracing::info!(
+            bytes,
+            fields = headers.len(),
+            "request head over http.max_header_bytes/max_headers: 431 (logged at most once a second)"
+        );
+    }
+    Some(json(
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        r#"{"error":"request head too large"}"#,
+    ))
 }
 
 /// 503 (shed) or 429 (rate limited), each with a jittered `Retry-After`, a JSON body
