@@ -165,7 +165,9 @@ impl Admission {
     /// The limiter's decision; a queued request also gets the receiver of its grant.
     fn enter(&self, priority: Priority) -> Entry {
         let mut state = self.state.lock().expect("admission state");
-        match state.limiter.acquire(self.now(), priority) {
+        let decision = state.limiter.acquire(self.now(), priority);
+        self.publish(&state);
+        match decision {
             Decision::Admitted => Entry::Admitted,
             Decision::Shed(reason) => Entry::Shed(reason),
             Decision::Queued(ticket) => {
@@ -214,7 +216,6 @@ impl Admission {
         self.metrics
             .queue_delay
             .observe(started.elapsed().as_secs_f64());
-        self.publish();
         Permit {
             admission: Arc::clone(self),
             since: Instant::now(),
@@ -228,6 +229,7 @@ impl Admission {
         let mut state = self.state.lock().expect("admission state");
         state.waiters.remove(&ticket);
         if state.limiter.cancel(self.now(), ticket) {
+            self.publish(&state);
             return true;
         }
         drop(state);
@@ -236,7 +238,6 @@ impl Admission {
 
     fn release(&self, work: Option<Duration>) {
         if !self.settings.enabled {
-            self.publish();
             return;
         }
         let mut state = self.state.lock().expect("admission state");
@@ -248,12 +249,11 @@ impl Admission {
                 let _ = waiter.send(());
             }
         }
-        drop(state);
-        self.publish();
+        self.publish(&state);
     }
 
-    fn publish(&self) {
-        let state = self.state.lock().expect("admission state");
+    /// Sets the gauges from the state, under the lock the caller already holds.
+    fn publish(&self, state: &State) {
         self.metrics.limit.set(state.limiter.limit() as i64);
         self.metrics.inflight.set(state.limiter.inflight() as i64);
         self.metrics
