@@ -213,6 +213,7 @@ impl Writer {
             io_result = self.flush(&mut buf);
         }
         let durable = self.durable_next_seq;
+        let failed = io_result.is_err();
         if let Err(e) = io_result {
             let refusal = self.refuse_after(&e);
             for outcome in &mut outcomes {
@@ -231,7 +232,12 @@ impl Writer {
                 window.insert(id, seq);
             }
         }
-        let stored: u64 = self.segments.values().map(|m| m.bytes).sum();
+        // After a failure only part of the batch is on disk: count what the segments hold.
+        let stored = if failed {
+            self.segments.values().map(|m| m.bytes).sum()
+        } else {
+            self.total_bytes + batch_bytes
+        };
         if stored > self.total_bytes {
             self.lag.appended(durable - 1, stored - self.total_bytes);
         }
