@@ -1,0 +1,248 @@
+//! What the lab's end-to-end tests share: the `lab` binary driven as a user would, the
+//! client's load, the router's next hops and the origin's count.
+// Each test binary uses a part of it.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lab::origin::Arrival;
+use lab::sender::Outcome;
+
+/// The `lab` binary, with the topology up for the test's lifetime.
+pub struct LabCli {
+    /// Every outcome of every load, for the final zero-loss check.
+    all: std::cell::RefCell<Vec<Outcome>>,
+}
+
+impl LabCli {
+    pub fn up() -> LabCli {
+        let lab = LabCli {
+            all: Default::default(),
+        };
+        lab.run(&["up"]);
+        lab.wait_next_hops(2, Duration::from_secs(30));
+        lab
+    }
+
+    pub fn run(&self, args: &[&str]) -> String {
+        let output = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "lab {args:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// A running service's PID, as `lab status` reports it.
+    pub fn service_pid(&self, node: &str, service: &str) -> i32 {
+        let status = self.run(&["status"]);
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(node))
+            .unwrap_or_else(|| panic!("no {node} in {status}"));
+        let marker = format!(" {service}(");
+        let at = line.find(&marker).expect("service listed") + marker.len();
+        line[at..]
+            .split(')')
+            .next()
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("{service} on {node} is not running: {line}"))
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Starts the client's sender in the background.
+    pub fn load(&self, prefix: &str, rate: u32, duration: Duration) -> Load {
+        let child = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["exec", "client", "--", env!("CARGO_BIN_EXE_lab"), "send"])
+            .args(["--rate", &rate.to_string()])
+            .args(["--duration", &format!("{}ms", duration.as_millis())])
+            .args(["--id-prefix", prefix])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Load { child }
+    }
+
+    pub fn next_hops(&self) -> Vec<String> {
+        let routes = self.run(&["exec", "rtr", "--", "ip", "-4", "route", "show", VIP]);
+        let words: Vec<&str> = routes.split_whitespace().collect();
+        words
+            .windows(2)
+            .filter(|w| w[0] == "via")
+            .map(|w| w[1].to_owned())
+            .collect()
+    }
+
+    /// Waits until the router has `count` next hops for the VIP; returns how long it took.
+    pub fn wait_next_hops(&self, count: usize, timeout: Duration) -> Duration {
+        let started = Instant::now();
+        while self.next_hops().len() != count {
+            assert!(
+                started.elapsed() < timeout,
+                "router never reached {count} next hops: {}",
+                self.run(&["status"])
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        started.elapsed()
+    }
+
+    pub fn origin(&self) -> Vec<Arrival> {
+        self.run(&["exec", "client", "--", env!("CARGO_BIN_EXE_lab"), "origin"])
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// Waits until every acked outcome is at the origin: (missing, duplicated) at the end.
+    pub fn wait_for_origin(&self, outcomes: &[Outcome], timeout: Duration) -> (usize, usize) {
+        let started = Instant::now();
+        loop {
+            let mut count: HashMap<String, usize> = HashMap::new();
+            for arrival in self.origin() {
+                *count.entry(arrival.id).or_default() += 1;
+            }
+            let acked = outcomes.iter().filter(|o| o.acked());
+            let missing = acked.clone().filter(|o| !count.contains_key(&o.id)).count();
+            let duplicated = count.values().filter(|n| **n > 1).count();
+            if missing == 0 || started.elapsed() > timeout {
+                return (missing, duplicated);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    pub fn verify_origin_has_every_ack(&self) {
+        let all = self.all.borrow();
+        let (missing, duplicated) = self.wait_for_origin(&all, Duration::from_secs(30));
+        let acked = all.iter().filter(|o| o.acked()).count();
+        assert_eq!((missing, duplicated), (0, 0));
+        println!(
+            "lab: {acked} acknowledged webhooks over all scenarios, {missing} missing and {duplicated} duplicated at the origin"
+        );
+    }
+
+    /// `down` (twice: it must be idempotent) stops every service and removes every
+    /// namespace and the state directory.
+    pub fn down_leaves_nothing(&self) {
+        let status = self.run(&["status"]);
+        let pids: Vec<i32> = status
+            .split(['(', ')'])
+            .filter_map(|part| part.parse().ok())
+            .collect();
+        assert!(pids.len() >= 9, "services before down: {status}");
+        self.run(&["down"]);
+        self.run(&["down"]);
+        let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let namespaces = String::from_utf8_lossy(&namespaces.stdout);
+        assert!(!namespaces.contains("lab-"), "{namespaces}");
+        for pid in &pids {
+            assert!(
+                !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                        .is_ok_and(|stat| stat.contains(") Z ")),
+                "service {pid} still running after down"
+            );
+        }
+        assert!(!std::path::Path::new(lab::DEFAULT_STATE_DIR).exists());
+        println!(
+            "lab: down stopped {} services and removed every namespace",
+            pids.len()
+        );
+    }
+
+    /// Packets the PoPs' XDP programs dropped, all reasons.
+    pub fn xdp_drops(&self) -> f64 {
+        ["pop-a", "pop-b"]
+            .iter()
+            .map(|pop| {
+                self.run(&["exec", pop, "--", "curl", "-s", "127.0.0.1:9182/metrics"])
+                    .lines()
+                    .filter(|l| l.starts_with("xdp_packets_total") && l.contains("action=\"drop\""))
+                    .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+                    .sum::<f64>()
+            })
+            .sum()
+    }
+
+    /// Updates plus withdraws the router received from pop-a's session.
+    pub fn route_changes_from_pop_a(&self) -> u64 {
+        let text = self.run(&[
+            "exec",
+            "rtr",
+            "--",
+            "birdc",
+            "-s",
+            "/run/bird.ctl",
+            "show",
+            "protocols",
+            "all",
+            "pop_a",
+        ]);
+        let received = |label: &str| -> u64 {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        received("Import updates:") + received("Import withdraws:")
+    }
+}
+
+impl Drop for LabCli {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_lab")).arg("down").status();
+    }
+}
+
+pub struct Load {
+    child: Child,
+}
+
+impl Load {
+    pub fn finish(self, lab: &LabCli) -> Vec<Outcome> {
+        let output = self.child.wait_with_output().unwrap();
+        assert!(output.status.success(), "lab send failed");
+        let outcomes: Vec<Outcome> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert!(!outcomes.is_empty());
+        lab.all.borrow_mut().extend(outcomes.iter().cloned());
+        outcomes
+    }
+}
+
+pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .filter(|o| !o.acked())
+        .take(5)
+        .map(|o| format!("{} {:?} {:?}", o.id, o.status, o.error))
+        .collect()
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+pub const VIP: &str = "192.0.2.10";
