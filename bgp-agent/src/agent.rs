@@ -346,15 +346,30 @@ async fn serve_admin(
         let (status, metrics) = (Arc::clone(&status), Arc::clone(&metrics));
         tokio::spawn(async move {
             let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let body = match request.uri().path() {
-                    "/status" => {
+                let (status_code, content_type, body) = match request.uri().path() {
+                    "/status" => (
+                        http::StatusCode::OK,
+                        "application/json",
                         serde_json::to_string_pretty(&*status.lock().expect("status lock"))
-                            .unwrap_or_default()
-                    }
-                    "/metrics" => metrics.encode(),
-                    _ => "bgp-agent: /status /metrics\n".to_owned(),
+                            .unwrap_or_default(),
+                    ),
+                    "/metrics" => (
+                        http::StatusCode::OK,
+                        "text/plain; version=0.0.4",
+                        metrics.encode(),
+                    ),
+                    _ => (
+                        http::StatusCode::NOT_FOUND,
+                        "text/plain",
+                        "bgp-agent: /status /metrics\n".to_owned(),
+                    ),
                 };
-                async move { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(body)))) }
+                let response = http::Response::builder()
+                    .status(status_code)
+                    .header(http::header::CONTENT_TYPE, content_type)
+                    .body(Full::new(Bytes::from(body)))
+                    .expect("static response parts");
+                async move { Ok::<_, Infallible>(response) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
