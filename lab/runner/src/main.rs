@@ -28,7 +28,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Build the topology, start every service, wait for BGP (removes an old lab first).
-    Up,
+    Up {
+        /// Nodes left to machines booted into their namespaces: links and addresses
+        /// only, no services (e.g. `--machines pop-a,pop-b` for the Ansible test).
+        #[arg(long, value_delimiter = ',')]
+        machines: Vec<String>,
+    },
     /// Stop every service and remove every namespace (idempotent).
     Down,
     /// Services, BGP sessions and the router's anycast next hops.
@@ -73,9 +78,9 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let lab = || Lab::load(&cli.topology, &cli.state, &lab::bin_dir());
     match cli.command {
-        Command::Up => {
+        Command::Up { machines } => {
             let lab = lab()?;
-            lab.up()?;
+            lab.up(&machines)?;
             print!("{}", lab.status()?);
         }
         Command::Down => lab()?.down(),
