@@ -1,7 +1,9 @@
 //! The lab: `topology` reads the containerlab file, `netns` and `runner` build it from
-//! network namespaces and run its services, `sender` is the client's webhook load and
-//! `origin` reads what reached the origin queue.
+//! network namespaces and run its services, `machine` boots Debian PoP machines into
+//! it, `sender` is the client's webhook load and `origin` reads what reached the origin
+//! queue.
 
+pub mod machine;
 pub mod netns;
 pub mod origin;
 pub mod runner;
