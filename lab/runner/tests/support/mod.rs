@@ -26,6 +26,16 @@ impl LabCli {
         lab
     }
 
+    /// The topology with `machines` (comma-separated nodes) left to booted machines:
+    /// their namespaces, links and addresses, none of their services.
+    pub fn up_for_machines(machines: &str) -> LabCli {
+        let lab = LabCli {
+            all: Default::default(),
+        };
+        lab.run(&["up", "--machines", machines]);
+        lab
+    }
+
     pub fn run(&self, args: &[&str]) -> String {
         let output = Command::new(env!("CARGO_BIN_EXE_lab"))
             .args(args)
@@ -79,13 +89,7 @@ impl LabCli {
     }
 
     pub fn next_hops(&self) -> Vec<String> {
-        let routes = self.run(&["exec", "rtr", "--", "ip", "-4", "route", "show", VIP]);
-        let words: Vec<&str> = routes.split_whitespace().collect();
-        words
-            .windows(2)
-            .filter(|w| w[0] == "via")
-            .map(|w| w[1].to_owned())
-            .collect()
+        router_next_hops()
     }
 
     /// Waits until the router has `count` next hops for the VIP; returns how long it took.
@@ -227,6 +231,21 @@ impl Load {
         lab.all.borrow_mut().extend(outcomes.iter().cloned());
         outcomes
     }
+}
+
+/// The router's next hops for the VIP (one per announcing PoP).
+pub fn router_next_hops() -> Vec<String> {
+    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["exec", "rtr", "--", "ip", "-4", "route", "show", VIP])
+        .output()
+        .unwrap();
+    let routes = String::from_utf8_lossy(&output.stdout);
+    let words: Vec<&str> = routes.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "via")
+        .map(|w| w[1].to_owned())
+        .collect()
 }
 
 pub fn failures(outcomes: &[Outcome]) -> Vec<String> {

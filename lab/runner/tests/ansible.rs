@@ -1,0 +1,519 @@
+//! `ansible/` against real machines (as root): two Debian bookworm PoPs booted with
+//! systemd-nspawn into the lab's pop-a and pop-b namespaces (so the lab's router, origin
+//! and client are their upstream and senders), provisioned over ssh by `site.yml` with
+//! the package built from this checkout, one speaking BGP through ExaBGP and one through
+//! BIRD; then upgraded by `rolling-deploy.yml` under load, and refused a bad config.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lab::machine::Machine;
+use support::{LabCli, failures, router_next_hops};
+
+#[test]
+fn ansible_provisions_upgrades_and_refuses_bad_config() {
+    let fleet = Fleet::prepare();
+    let lab = LabCli::up_for_machines("pop-a,pop-b");
+    let machines = fleet.boot();
+
+    provision(&fleet, &lab, &machines);
+    second_run_changes_nothing(&fleet);
+    rolling_deploy(&fleet, &lab, &machines);
+    rotate_ticket_keys(&fleet, &lab, &machines);
+    bad_config_stops_at_validate(&fleet, &lab, &machines);
+    lab.verify_origin_has_every_ack();
+}
+
+/// Every playbook passes `--syntax-check` and the roles and playbooks pass
+/// `ansible-lint --offline` with the production profile.
+#[test]
+fn ansible_syntax_and_lint() {
+    let repo = repo();
+    let bin = PathBuf::from(script_output(&repo.join("lab/machines/controller.sh")));
+    let ansible = repo.join("ansible");
+    let syntax = run_ok(
+        Command::new(bin.join("ansible-playbook"))
+            .current_dir(&ansible)
+            .arg("--syntax-check")
+            .args(PLAYBOOKS),
+    );
+    assert_eq!(
+        syntax.matches("playbook: ").count(),
+        PLAYBOOKS.len(),
+        "{syntax}"
+    );
+    let lint = Command::new(bin.join("ansible-lint"))
+        .current_dir(&ansible)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .args(["--offline", "--profile", "production", "--nocolor"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&lint.stderr);
+    assert!(
+        lint.status.success(),
+        "ansible-lint:\n{}{report}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+    println!(
+        "scenario ansible-lint: {} playbooks pass --syntax-check; ansible-lint --offline --profile production: {}",
+        PLAYBOOKS.len(),
+        report
+            .lines()
+            .rfind(|l| l.contains("Passed"))
+            .unwrap_or("passed")
+            .trim()
+    );
+}
+
+/// `site.yml` on fresh machines: every unit active, two ECMP paths at the router, signed
+/// webhooks to the anycast address acknowledged and every one at the origin.
+fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
+    let run = fleet.playbook("site.yml", &[] as &[&str]);
+    run.assert_ok();
+    for machine in machines {
+        let speaker: &[&str] = if machine.name == "pop-a" {
+            &["exabgp"]
+        } else {
+            &["bird", "bgp-agent"]
+        };
+        for unit in COMMON_UNITS.iter().chain(speaker) {
+            assert_eq!(
+                machine.unit_state(unit),
+                "active",
+                "{}: {unit}: {}",
+                machine.name,
+                machine
+                    .run(&format!("journalctl -u {unit} --no-pager -n 20"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    // The package's units, checked where they run (BIRD, which bgp-agent needs, is on pop-b).
+    let verify =
+        machines[1].run("systemd-analyze verify edge.service edge-xdp.service bgp-agent.service");
+    assert!(verify.is_ok(), "systemd-analyze verify: {verify:?}");
+    let announced = lab.wait_next_hops(2, Duration::from_secs(30));
+    let outcomes = lab
+        .load("ansible-site", 50, Duration::from_secs(4))
+        .finish(lab);
+    let acked = outcomes.iter().filter(|o| o.acked()).count();
+    assert_eq!(acked, outcomes.len(), "{:?}", failures(&outcomes));
+    let pops: HashMap<String, usize> = outcomes.iter().fold(HashMap::new(), |mut by, o| {
+        *by.entry(o.pop.clone().unwrap_or_default()).or_default() += 1;
+        by
+    });
+    assert!(pops.len() == 2, "both PoPs answer: {pops:?}");
+    assert_eq!(
+        lab.wait_for_origin(&outcomes, Duration::from_secs(20)),
+        (0, 0)
+    );
+    println!(
+        "scenario ansible-site: site.yml provisioned 2 PoPs (ExaBGP, BIRD) in {:.1} s, {} units active, 2 ECMP paths {} ms after the play, {acked}/{} webhooks acked ({pops:?}), all at the origin",
+        run.elapsed.as_secs_f64(),
+        machines.len() * COMMON_UNITS.len() + 3,
+        announced.as_millis(),
+        outcomes.len(),
+    );
+}
+
+/// A second `site.yml` changes nothing.
+fn second_run_changes_nothing(fleet: &Fleet) {
+    let run = fleet.playbook("site.yml", &[] as &[&str]);
+    run.assert_ok();
+    for host in ["pop-a", "pop-b"] {
+        assert_eq!(
+            run.recap(host, "changed"),
+            0,
+            "{host} changed on a second run:\n{}",
+            run.changed_tasks()
+        );
+    }
+    println!(
+        "scenario ansible-idempotent: second site.yml run in {:.1} s, changed=0 on both PoPs",
+        run.elapsed.as_secs_f64()
+    );
+}
+
+/// `rolling-deploy.yml` with a bumped package while the client sends 50 webhooks/s to
+/// the anycast address: no failed request, every ack at the origin, the new version on
+/// both PoPs, and the router never without a path.
+fn rolling_deploy(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
+    let watching = Arc::new(AtomicBool::new(true));
+    let fewest_paths = Arc::new(AtomicUsize::new(usize::MAX));
+    let watcher = {
+        let (watching, fewest_paths) = (Arc::clone(&watching), Arc::clone(&fewest_paths));
+        std::thread::spawn(move || {
+            while watching.load(Ordering::Relaxed) {
+                fewest_paths.fetch_min(router_next_hops().len(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let load_started = Instant::now();
+    let load = lab.load("ansible-deploy", 50, DEPLOY_LOAD);
+    std::thread::sleep(Duration::from_secs(1));
+    let upgrade = fleet.upgrade_package.display().to_string();
+    let run = fleet.playbook(
+        "rolling-deploy.yml",
+        &["-e", &format!("edge_package_file={upgrade}")],
+    );
+    let deploy_done = load_started.elapsed();
+    run.assert_ok();
+    let outcomes = load.finish(lab);
+    watching.store(false, Ordering::Relaxed);
+    watcher.join().unwrap();
+    assert!(
+        deploy_done < DEPLOY_LOAD,
+        "the deploy ({:?}) outlasted the load",
+        run.elapsed
+    );
+    let failed = outcomes.iter().filter(|o| !o.acked()).count();
+    assert_eq!(failed, 0, "{:?}", failures(&outcomes));
+    let fewest = fewest_paths.load(Ordering::Relaxed);
+    assert!(fewest >= 1, "the router had no path during the deploy");
+    for machine in machines {
+        let version = machine
+            .run("dpkg-query -W -f '${Version}' webhook-edge")
+            .unwrap();
+        assert_eq!(version, fleet.upgrade_version, "{}", machine.name);
+    }
+    assert_eq!(
+        lab.wait_for_origin(&outcomes, Duration::from_secs(20)),
+        (0, 0)
+    );
+    lab.wait_next_hops(2, Duration::from_secs(30));
+    println!(
+        "scenario ansible-rolling-deploy: {} → {} on 2 PoPs in {:.1} s ({:.1} s per PoP) under 50 webhooks/s: {failed} of {} requests failed, fewest router paths {fewest}, every ack at the origin (the load went on {:.1} s after the deploy)",
+        fleet.version,
+        fleet.upgrade_version,
+        run.elapsed.as_secs_f64(),
+        run.elapsed.as_secs_f64() / 2.0,
+        outcomes.len(),
+        (DEPLOY_LOAD - deploy_done).as_secs_f64(),
+    );
+}
+
+/// `rotate-ticket-keys.yml`: a new key ends up first in the controller's file, every PoP
+/// holds the same file, and the edges keep serving.
+fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
+    let keys = |text: &str| -> Vec<String> { text.lines().map(str::to_owned).collect() };
+    let controller = fleet.dir.join("tickets.keys");
+    let before = keys(&std::fs::read_to_string(&controller).unwrap());
+    let run = fleet.playbook("rotate-ticket-keys.yml", &fleet.current_package());
+    run.assert_ok();
+    let after = keys(&std::fs::read_to_string(&controller).unwrap());
+    assert_eq!(after.len(), before.len() + 1, "{after:?}");
+    assert!(!before.contains(&after[0]), "the new key encrypts");
+    assert_eq!(after[1..], before[..], "the old keys still decrypt");
+    for machine in machines {
+        let on_pop = std::fs::read_to_string(machine.path("/etc/edge/tls/tickets.keys")).unwrap();
+        assert_eq!(keys(&on_pop), after, "{}", machine.name);
+        assert_eq!(machine.unit_state("edge"), "active");
+    }
+    let outcomes = lab
+        .load("ansible-rotate", 50, Duration::from_secs(2))
+        .finish(lab);
+    assert!(
+        outcomes.iter().all(|o| o.acked()),
+        "{:?}",
+        failures(&outcomes)
+    );
+    println!(
+        "scenario ansible-ticket-keys: rotate-ticket-keys.yml in {:.1} s: {} → {} keys, the new one first on both PoPs, {}/{} webhooks acked after",
+        run.elapsed.as_secs_f64(),
+        before.len(),
+        after.len(),
+        outcomes.len(),
+        outcomes.len()
+    );
+}
+
+/// An empty secrets list fails the play at the validate step on the first PoP; the
+/// second is never touched and the first keeps serving with its running config.
+fn bad_config_stops_at_validate(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
+    let pop_a = &machines[0];
+    let config_before = std::fs::read(pop_a.path("/etc/edge/edge.yaml")).unwrap();
+    let pid_before = pop_a.run("systemctl show -p MainPID --value edge").unwrap();
+    let bad = fleet.dir.join("bad-routes.yml");
+    std::fs::write(
+        &bad,
+        "edge_routes:\n  - { path: /hooks/github, provider: github, secrets: [] }\n",
+    )
+    .unwrap();
+    let mut args = fleet.current_package();
+    args.extend(["-e".to_owned(), format!("@{}", bad.display())]);
+    let run = fleet.playbook("site.yml", &args);
+    assert!(!run.success, "a bad config must fail the play");
+    assert!(run.recap(&pop_a.name, "failed") >= 1, "{}", run.output);
+    assert_eq!(run.recap("pop-b", "ok"), 0, "pop-b was touched");
+    let refusal = run
+        .output
+        .lines()
+        .find(|l| l.contains("secrets") && l.contains("must not be empty"))
+        .unwrap_or_else(|| panic!("check-config's refusal not shown:\n{}", run.output));
+    assert!(run.output.contains("Edge config, validated"));
+    assert_eq!(
+        std::fs::read(pop_a.path("/etc/edge/edge.yaml")).unwrap(),
+        config_before,
+        "the running config was replaced"
+    );
+    assert_eq!(
+        pop_a.run("systemctl show -p MainPID --value edge").unwrap(),
+        pid_before
+    );
+    let outcomes = lab
+        .load("ansible-bad-config", 50, Duration::from_secs(3))
+        .finish(lab);
+    let served_by_a = outcomes
+        .iter()
+        .filter(|o| o.acked() && o.pop.as_deref() == Some("pop-a"))
+        .count();
+    assert!(
+        outcomes.iter().all(|o| o.acked()),
+        "{:?}",
+        failures(&outcomes)
+    );
+    assert!(served_by_a > 0, "pop-a stopped serving");
+    println!(
+        "scenario ansible-bad-config: play failed at the validate step on pop-a ({}), pop-b untouched, pop-a kept its config and process and acked {served_by_a} of {} webhooks",
+        refusal[refusal.find("routes[").unwrap_or(0)..]
+            .trim()
+            .chars()
+            .take(60)
+            .collect::<String>(),
+        outcomes.len()
+    );
+}
+
+/// What the test deploys with: the controller, two packages, the cached rootfs.
+struct Fleet {
+    repo: PathBuf,
+    dir: PathBuf,
+    ansible_bin: PathBuf,
+    rootfs: PathBuf,
+    ssh_key: PathBuf,
+    package: PathBuf,
+    version: String,
+    upgrade_package: PathBuf,
+    upgrade_version: String,
+}
+
+impl Fleet {
+    /// The cached rootfs and controller (made when missing), an ssh key, and the
+    /// package twice from this checkout's release binaries: as built, and bumped.
+    fn prepare() -> Fleet {
+        let repo = repo();
+        let dir = repo.join("target/lab-machines");
+        std::fs::create_dir_all(&dir).unwrap();
+        let rootfs = PathBuf::from(script_output(&repo.join("lab/machines/rootfs.sh")));
+        let ansible_bin = PathBuf::from(script_output(&repo.join("lab/machines/controller.sh")));
+        let ssh_key = dir.join("id_ed25519");
+        if !ssh_key.exists() {
+            run_ok(
+                Command::new("ssh-keygen")
+                    .args(["-q", "-t", "ed25519", "-N", ""])
+                    .arg("-f")
+                    .arg(&ssh_key),
+            );
+        }
+        let _ = std::fs::remove_dir_all(dir.join("ssh-control"));
+        let _ = std::fs::remove_file(dir.join("tickets.keys"));
+        let debs = dir.join("debs");
+        let _ = std::fs::remove_dir_all(&debs);
+        let (package, version) = build_package(&repo, &debs, None);
+        let (upgrade_package, upgrade_version) = build_package(&repo, &debs, Some("2"));
+        Fleet {
+            repo,
+            dir,
+            ansible_bin,
+            rootfs,
+            ssh_key,
+            package,
+            version,
+            upgrade_package,
+            upgrade_version,
+        }
+    }
+
+    /// pop-a and pop-b booted into their lab namespaces, with ssh through them.
+    fn boot(&self) -> Vec<Machine> {
+        let key = std::fs::read_to_string(self.ssh_key.with_extension("pub")).unwrap();
+        let machines: Vec<Machine> = ["pop-a", "pop-b"]
+            .iter()
+            .map(|pop| {
+                Machine::boot(pop, &format!("lab-{pop}"), &self.rootfs, &self.dir, &key).unwrap()
+            })
+            .collect();
+        let mut inventory = String::from("pops:\n  hosts:\n");
+        for machine in &machines {
+            inventory.push_str(&format!(
+                "    {}:\n      ansible_user: root\n      ansible_ssh_private_key_file: {}\n      ansible_ssh_common_args: >-\n        -o ProxyCommand=\"{}\" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null\n",
+                machine.name,
+                self.ssh_key.display(),
+                machine.ssh_proxy()
+            ));
+        }
+        std::fs::write(self.dir.join("connection.yml"), inventory).unwrap();
+        machines
+    }
+
+    /// Runs a playbook of `ansible/` against the example inventory (the lab's PoPs)
+    /// plus the machines' connection details.
+    /// After the rolling deploy the fleet runs the upgraded package, and the inventory
+    /// would say so: later plays name it.
+    fn current_package(&self) -> Vec<String> {
+        vec![
+            "-e".to_owned(),
+            format!("edge_package_file={}", self.upgrade_package.display()),
+        ]
+    }
+
+    fn playbook(&self, playbook: &str, args: &[impl AsRef<std::ffi::OsStr>]) -> PlaybookRun {
+        let started = Instant::now();
+        let log_path = self.dir.join(format!("{playbook}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let status = Command::new("timeout")
+            .arg(format!("{}s", PLAYBOOK_TIMEOUT.as_secs()))
+            .arg(self.ansible_bin.join("ansible-playbook"))
+            .current_dir(self.repo.join("ansible"))
+            .env("ANSIBLE_NOCOLOR", "1")
+            // ssh's shared connections are per run: a stale master from an earlier
+            // run's machine at the same address would swallow this one's commands.
+            .env("ANSIBLE_SSH_CONTROL_PATH_DIR", self.dir.join("ssh-control"))
+            .args(["-i", "inventory/example.yml", "-i"])
+            .arg(self.dir.join("connection.yml"))
+            .arg("-e")
+            .arg(format!("edge_package_file={}", self.package.display()))
+            .arg("-e")
+            .arg(format!(
+                "edge_ticket_keys_file={}",
+                self.dir.join("tickets.keys").display()
+            ))
+            // The machines' packages are in the rootfs; they cannot reach a mirror.
+            .args(["-e", "apt_update_cache=false"])
+            .arg(playbook)
+            .args(args)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .status()
+            .unwrap();
+        PlaybookRun {
+            success: status.success(),
+            output: std::fs::read_to_string(&log_path).unwrap(),
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+struct PlaybookRun {
+    success: bool,
+    output: String,
+    elapsed: Duration,
+}
+
+impl PlaybookRun {
+    fn assert_ok(&self) {
+        assert!(self.success, "playbook failed:\n{}", self.output);
+    }
+
+    /// A count from the PLAY RECAP (`pop-a : ok=30 changed=0 ...`); 0 for an absent host.
+    fn recap(&self, host: &str, field: &str) -> u32 {
+        let recap = self.output.rsplit("PLAY RECAP").next().unwrap_or("");
+        recap
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(host))
+            .and_then(|line| {
+                line.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(&format!("{field}=")))
+                    .and_then(|n| n.parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// The tasks that reported a change, with their headers, for a failure message.
+    fn changed_tasks(&self) -> String {
+        let mut task = "";
+        let mut changed = Vec::new();
+        for line in self.output.lines() {
+            if line.starts_with("TASK [") {
+                task = line;
+            } else if line.starts_with("changed:") {
+                changed.push(format!("{task}\n  {line}"));
+            }
+        }
+        changed.join("\n")
+    }
+}
+
+/// `cargo deb` over the release binaries; `revision` bumps the Debian revision.
+fn build_package(repo: &Path, out: &Path, revision: Option<&str>) -> (PathBuf, String) {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .current_dir(repo)
+        .args(["deb", "-p", "edge", "--no-build", "--strip", "--fast", "-o"])
+        .arg(out);
+    if let Some(revision) = revision {
+        cargo.args(["--deb-revision", revision]);
+    }
+    let path = PathBuf::from(run_ok(&mut cargo).trim());
+    let version = run_ok(
+        Command::new("dpkg-deb")
+            .args(["-f"])
+            .arg(&path)
+            .arg("Version"),
+    );
+    (path, version.trim().to_owned())
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn script_output(script: &Path) -> String {
+    run_ok(&mut Command::new(script)).trim().to_owned()
+}
+
+fn run_ok(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Units every provisioned PoP runs, whatever its speaker.
+const COMMON_UNITS: [&str; 4] = [
+    "edge",
+    "edge-xdp",
+    "prometheus-node-exporter",
+    "anycast-addresses",
+];
+const PLAYBOOKS: [&str; 5] = [
+    "site.yml",
+    "rolling-deploy.yml",
+    "drain.yml",
+    "undrain.yml",
+    "rotate-ticket-keys.yml",
+];
+/// A hung playbook fails the test instead of holding CI.
+const PLAYBOOK_TIMEOUT: Duration = Duration::from_secs(300);
+/// Long enough to cover the whole rolling deploy.
+const DEPLOY_LOAD: Duration = Duration::from_secs(75);
