@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server
-          llvm-22-dev hping3 python3-scapy iptables slowhttptest nftables)
+          llvm-22-dev hping3 python3-scapy iptables slowhttptest nftables
+          debootstrap systemd-container netcat-openbsd zstd openssh-client python3-venv dpkg-dev)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -52,5 +53,11 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
     echo "setup: installing cargo-fuzz (about 60 s)"
     cargo install cargo-fuzz@0.13.2 --locked --quiet \
         || { echo "setup: cargo-fuzz failed to build" >&2; exit 1; }
+fi
+# The Debian package (and the Ansible test that deploys it).
+if ! command -v cargo-deb >/dev/null 2>&1; then
+    echo "setup: installing cargo-deb (about 60 s)"
+    cargo install cargo-deb@3.8.0 --locked --quiet \
+        || { echo "setup: cargo-deb failed to build" >&2; exit 1; }
 fi
 echo "setup: ok"

@@ -17,4 +17,5 @@ rm -rf "$venv"
 echo "controller: installing ${pins[*]} into $venv" >&2
 python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet "${pins[@]}" >&2
+find "$cache" -maxdepth 1 -name 'ansible-*' ! -path "$venv" -exec rm -rf {} +
 echo "$venv/bin"
