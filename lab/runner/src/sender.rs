@@ -73,10 +73,7 @@ pub async fn send(plan: Plan) -> anyhow::Result<Vec<Outcome>> {
 
 async fn one(client: &reqwest::Client, plan: &Plan, id: String) -> Outcome {
     let body = format!(r#"{{"zen":"anycast","delivery":"{id}"}}"#);
-    let mut mac =
-        hmac::Hmac::<sha2::Sha256>::new_from_slice(plan.secret.as_bytes()).expect("any key length");
-    mac.update(body.as_bytes());
-    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let signature = github_signature(&plan.secret, &body);
     let sent_ms = now_ms();
     let result = client
         .post(&plan.url)
@@ -107,6 +104,14 @@ async fn one(client: &reqwest::Client, plan: &Plan, id: String) -> Outcome {
         pop,
         error,
     }
+}
+
+/// GitHub's `X-Hub-Signature-256` value for `body`.
+pub fn github_signature(secret: &str, body: &str) -> String {
+    let mut mac =
+        hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+    mac.update(body.as_bytes());
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -26,6 +26,7 @@ fn ansible_provisions_upgrades_and_refuses_bad_config() {
     second_run_changes_nothing(&fleet);
     rolling_deploy(&fleet, &lab, &machines);
     rotate_ticket_keys(&fleet, &lab, &machines);
+    operations(&lab, &machines);
     bad_config_stops_at_validate(&fleet, &lab, &machines);
     lab.verify_origin_has_every_ack();
 }
@@ -239,6 +240,141 @@ fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         outcomes.len(),
         outcomes.len()
     );
+}
+
+/// What an operator does by hand: curl over HTTP/2 and HTTP/1.1, `systemctl reload`,
+/// and kill -9 of every process under load: systemd brings each back, the route follows
+/// the edge's health, and every acked webhook reaches the origin.
+fn operations(lab: &LabCli, machines: &[Machine]) {
+    let (pop_a, pop_b) = (&machines[0], &machines[1]);
+    for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let body = format!(r#"{{"curl":"{version}"}}"#);
+        // Straight into the client's namespace: `lab exec` joins its words for a shell.
+        let answer = run_ok(Command::new("ip").args([
+            "netns",
+            "exec",
+            "lab-client",
+            "curl",
+            "-sk",
+            flag,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{http_version}",
+            "-H",
+            "X-GitHub-Event: push",
+            "-H",
+            &format!("X-GitHub-Delivery: curl-{version}"),
+            "-H",
+            &format!(
+                "X-Hub-Signature-256: {}",
+                lab::sender::github_signature("lab-github-secret", &body)
+            ),
+            "--data-binary",
+            &body,
+            "https://192.0.2.10/hooks/github",
+        ]));
+        assert_eq!(answer, format!("202 {version}"), "curl {flag}");
+    }
+
+    let reloads = |m: &Machine| {
+        metric(
+            m,
+            "http://127.0.0.1:9180/metrics",
+            "edge_config_reloads_total",
+            "result=\"ok\"",
+        )
+    };
+    let pid_before = main_pid(pop_a, "edge");
+    let reloads_before = reloads(pop_a);
+    pop_a.run("systemctl reload edge").unwrap();
+    // The signal is handled after systemctl returns.
+    let started = Instant::now();
+    while reloads(pop_a) < reloads_before + 1.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "systemctl reload edge: no reload counted"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        main_pid(pop_a, "edge"),
+        pid_before,
+        "reload restarted the edge"
+    );
+
+    let mut report = Vec::new();
+    for (machine, unit) in [
+        (pop_a, "edge"),
+        (pop_a, "edge-xdp"),
+        (pop_a, "exabgp"),
+        (pop_b, "bgp-agent"),
+        (pop_b, "edge"),
+    ] {
+        let load = lab.load(
+            &format!("kill-{}-{unit}", machine.name),
+            50,
+            Duration::from_secs(4),
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        let pid = main_pid(machine, unit);
+        machine.run(&format!("kill -9 {pid}")).unwrap();
+        let outcomes = load.finish(lab);
+        let failed = outcomes.iter().filter(|o| !o.acked()).count();
+        let started = Instant::now();
+        while main_pid(machine, unit) == pid || machine.unit_state(unit) != "active" {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{unit} on {} did not come back",
+                machine.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let back = lab.wait_next_hops(2, Duration::from_secs(60));
+        // Only the edge's own death can fail requests: those in flight on it, and new
+        // ones until the agent's checks fail and the route leaves (~0.3 s at 50/s).
+        let allowed = if unit == "edge" { 25 } else { 0 };
+        assert!(
+            failed <= allowed,
+            "kill -9 {unit} on {}: {failed} failed: {:?}",
+            machine.name,
+            failures(&outcomes)
+        );
+        assert_eq!(
+            lab.wait_for_origin(&outcomes, Duration::from_secs(30)),
+            (0, 0)
+        );
+        report.push(format!(
+            "{}/{unit} {failed}/{} failed (2 paths {:.1} s after the load)",
+            machine.name,
+            outcomes.len(),
+            back.as_secs_f64()
+        ));
+    }
+    println!(
+        "scenario ansible-operations: curl 202 over HTTP/2 and HTTP/1.1; systemctl reload: same PID, reload counted; kill -9 under 50 req/s, each restarted by systemd: {}",
+        report.join("; ")
+    );
+}
+
+fn main_pid(machine: &Machine, unit: &str) -> String {
+    machine
+        .run(&format!("systemctl show -p MainPID --value {unit}"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// A sample's value from a Prometheus endpoint inside the machine: the series `name`
+/// whose labels include `label` (0 when absent).
+fn metric(machine: &Machine, url: &str, name: &str, label: &str) -> f64 {
+    machine
+        .run(&format!("curl -s {url}"))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// An empty secrets list fails the play at the validate step on the first PoP; the
