@@ -40,7 +40,8 @@ impl Machine {
             .ok()
             .and_then(|p| p.trim().parse().ok())
         {
-            stop(pid, STOP_TIMEOUT);
+            // Not our child: init reaps it, so it is gone once kill(0) fails.
+            stop(pid, || kill(Pid::from_raw(pid), None).is_err());
         }
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root)?;
@@ -136,19 +137,10 @@ impl Machine {
 
     /// Powers the machine off (SIGTERM to nspawn), SIGKILL if it takes too long.
     pub fn shutdown(&mut self) {
-        if self.nspawn.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        let _ = kill(Pid::from_raw(self.nspawn.id() as i32), Signal::SIGTERM);
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while Instant::now() < deadline {
-            if self.nspawn.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.nspawn.kill();
-        let _ = self.nspawn.wait();
+        let nspawn = &mut self.nspawn;
+        let pid = nspawn.id() as i32;
+        stop(pid, || nspawn.try_wait().ok().flatten().is_some());
+        let _ = nspawn.wait();
     }
 
     fn nsenter(&self, command: &str) -> Command {
@@ -200,17 +192,19 @@ fn run_ok(command: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Stops a machine an earlier run left behind (not our child: init reaps it).
-fn stop(pid: i32, timeout: Duration) {
+/// SIGTERM (a clean poweroff inside), then SIGKILL after `STOP_TIMEOUT` unless `gone`.
+fn stop(pid: i32, mut gone: impl FnMut() -> bool) {
     let pid = Pid::from_raw(pid);
-    if kill(pid, Signal::SIGTERM).is_err() {
+    if gone() || kill(pid, Signal::SIGTERM).is_err() {
         return;
     }
-    let deadline = Instant::now() + timeout;
-    while kill(pid, None).is_ok() && Instant::now() < deadline {
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while !gone() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = kill(pid, Signal::SIGKILL);
+    if !gone() {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
 }
 
 const BOOT_TIMEOUT: Duration = Duration::from_secs(60);

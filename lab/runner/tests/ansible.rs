@@ -382,7 +382,7 @@ fn metric(machine: &Machine, url: &str, name: &str, label: &str) -> f64 {
 fn bad_config_stops_at_validate(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     let pop_a = &machines[0];
     let config_before = std::fs::read(pop_a.path("/etc/edge/edge.yaml")).unwrap();
-    let pid_before = pop_a.run("systemctl show -p MainPID --value edge").unwrap();
+    let pid_before = main_pid(pop_a, "edge");
     let bad = fleet.dir.join("bad-routes.yml");
     std::fs::write(
         &bad,
@@ -406,10 +406,7 @@ fn bad_config_stops_at_validate(fleet: &Fleet, lab: &LabCli, machines: &[Machine
         config_before,
         "the running config was replaced"
     );
-    assert_eq!(
-        pop_a.run("systemctl show -p MainPID --value edge").unwrap(),
-        pid_before
-    );
+    assert_eq!(main_pid(pop_a, "edge"), pid_before);
     let outcomes = lab
         .load("ansible-bad-config", 50, Duration::from_secs(3))
         .finish(lab);

@@ -18,10 +18,7 @@ pub struct LabCli {
 
 impl LabCli {
     pub fn up() -> LabCli {
-        let lab = LabCli {
-            all: Default::default(),
-        };
-        lab.run(&["up"]);
+        let lab = LabCli::started(&["up"]);
         lab.wait_next_hops(2, Duration::from_secs(30));
         lab
     }
@@ -29,10 +26,14 @@ impl LabCli {
     /// The topology with `machines` (comma-separated nodes) left to booted machines:
     /// their namespaces, links and addresses, none of their services.
     pub fn up_for_machines(machines: &str) -> LabCli {
+        LabCli::started(&["up", "--machines", machines])
+    }
+
+    fn started(up: &[&str]) -> LabCli {
         let lab = LabCli {
             all: Default::default(),
         };
-        lab.run(&["up", "--machines", machines]);
+        lab.run(up);
         lab
     }
 
