@@ -134,7 +134,7 @@ async fn edge_backhaul(
     }
     let settings = backhaul_settings(nats);
     let sink = Arc::new(
-        edge::backhaul::Sink::connect(&settings, "bench", Arc::clone(&metrics))
+        edge::backhaul::Sink::connect(&settings, "bench", metrics.backhaul.clone())
             .await
             .unwrap(),
     );
@@ -144,12 +144,12 @@ async fn edge_backhaul(
         Arc::clone(&spool),
         sink,
         settings,
-        Arc::clone(&metrics),
+        metrics.backhaul.clone(),
         stopped,
     ));
     // Completion by the backhaul's own PubAck count: polling the stream would load the
     // server during the measurement.
-    while (metrics.backhaul_acks.get() as usize) < events {
+    while (metrics.backhaul.acks.get() as usize) < events {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let rate = events as f64 / started.elapsed().as_secs_f64();
@@ -172,7 +172,7 @@ async fn latency(
     let (spool, metrics) = open_spool(dir.path());
     let settings = backhaul_settings(nats);
     let sink = Arc::new(
-        edge::backhaul::Sink::connect(&settings, "bench", Arc::clone(&metrics))
+        edge::backhaul::Sink::connect(&settings, "bench", metrics.backhaul.clone())
             .await
             .unwrap(),
     );
@@ -181,7 +181,7 @@ async fn latency(
         Arc::clone(&spool),
         sink,
         settings,
-        metrics,
+        metrics.backhaul.clone(),
         stopped,
     ));
     let mut subscriber = client.subscribe("webhooks.>").await.unwrap();
@@ -236,7 +236,7 @@ fn open_spool(dir: &std::path::Path) -> (Arc<Spool>, Arc<Metrics>) {
         &spool_settings(dir),
         "bench",
         HashMap::new(),
-        Arc::clone(&metrics),
+        metrics.spool.clone(),
     )
     .unwrap();
     (Arc::new(spool), metrics)

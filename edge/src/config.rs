@@ -170,7 +170,7 @@ pub struct HttpSettings {
     /// Whole request, from dispatch to answer (body, verification, spool); past it, 503.
     pub request_timeout: Duration,
     /// Slow-body rule: minimum average rate after a grace period, and a body deadline.
-    pub body_rate: crate::http::body_rate::BodyRate,
+    pub body_rate: crate::body_rate::BodyRate,
     /// Write stall, keep-alive idle and connection lifetime limits.
     pub deadlines: crate::deadline_io::Deadlines,
 }
@@ -1098,7 +1098,7 @@ impl RawConfig {
                 h2_keepalive_interval: self.http.h2_keepalive_interval,
                 h2_keepalive_timeout: self.http.h2_keepalive_timeout,
                 request_timeout: self.http.request_timeout,
-                body_rate: crate::http::body_rate::BodyRate {
+                body_rate: crate::body_rate::BodyRate {
                     min_bytes_per_second: self.http.min_body_rate.as_u64(),
                     grace: self.http.body_rate_grace,
                     deadline: self.http.body_timeout,

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod admission;
 pub mod backhaul;
+pub mod body_rate;
 pub mod config;
 pub mod conn_limits;
 pub mod deadline_io;

@@ -11,11 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use edge_kit::metrics::ResultLabel;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::{self, Settings};
 use crate::http::App;
-use crate::metrics::{Metrics, ResultLabel};
 use crate::server::{Live, Server};
 use crate::spool::Spool;
 use crate::tls;
@@ -27,7 +31,7 @@ pub struct Reloader {
     pub running: serde_yaml::Value,
     pub server: Arc<Server>,
     pub spool: Arc<Spool>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: ReloadMetrics,
     pub tickets: Option<Arc<SharedTickets>>,
 }
 
@@ -54,20 +58,13 @@ impl Reloader {
     }
 
     fn reload_config(&mut self) {
-        let result = |result| ResultLabel { result };
         match self.apply() {
             Ok(generation) => {
-                self.metrics
-                    .config_reloads
-                    .get_or_create(&result("ok"))
-                    .inc();
+                self.metrics.reloaded("ok");
                 tracing::info!(generation, file = %self.path.display(), "config reloaded");
             }
             Err(e) => {
-                self.metrics
-                    .config_reloads
-                    .get_or_create(&result("failed"))
-                    .inc();
+                self.metrics.reloaded("failed");
                 tracing::error!("config reload refused; the running config keeps serving:\n{e:#}");
             }
         }
@@ -97,7 +94,7 @@ impl Reloader {
             app: Arc::new(App::new(
                 &settings,
                 Arc::clone(&self.spool),
-                Arc::clone(&self.metrics),
+                running.app.metrics.clone(),
                 Arc::clone(&running.app.admission),
             )),
             tls,
@@ -105,12 +102,12 @@ impl Reloader {
         };
         self.server.live.store(Arc::new(live));
         self.running = yaml;
-        self.metrics.config_generation.inc();
+        self.metrics.generation.inc();
         tracing::info!(
             routes = settings.routes.len(),
             "routes, secrets, certificates and limits now in force"
         );
-        Ok(self.metrics.config_generation.get())
+        Ok(self.metrics.generation.get())
     }
 
     fn reload_ticket_keys(&self, forced: bool) {
@@ -142,4 +139,34 @@ pub fn dedupe_windows(settings: &Settings) -> HashMap<String, usize> {
 }
 
 /// How often the shared ticket-key file is checked for changes.
+/// Reload metrics, registered under `edge_config_*`. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct ReloadMetrics {
+    reloads: Family<ResultLabel, Counter>,
+    /// 1 at start, +1 per applied reload: which config a PoP runs, at a glance.
+    pub generation: Gauge,
+}
+
+impl ReloadMetrics {
+    /// Creates the metrics and registers them into `registry` (the `edge_` one).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "config_reloads",
+            "Config reloads (SIGHUP), by result: ok, or failed (the running config kept)",
+            metrics.reloads.clone(),
+        );
+        registry.register(
+            "config_generation",
+            "Config generation: 1 at start, +1 per applied reload",
+            metrics.generation.clone(),
+        );
+        metrics
+    }
+
+    fn reloaded(&self, result: &'static str) {
+        self.reloads.get_or_create(&ResultLabel { result }).inc();
+    }
+}
+
 const TICKET_KEY_POLL: Duration = Duration::from_secs(5);

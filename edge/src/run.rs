@@ -26,12 +26,12 @@ use crate::{sockets, tls};
 
 pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&settings.pop));
-    metrics.config_generation.set(1);
+    metrics.reload.generation.set(1);
     let (spool, report) = Spool::open(
         &settings.spool,
         &settings.pop,
         dedupe_windows(&settings),
-        Arc::clone(&metrics),
+        metrics.spool.clone(),
     )?;
     tracing::info!(
         dir = %settings.spool.dir.display(),
@@ -64,7 +64,8 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
 
     let sink = match &settings.backhaul {
         Some(backhaul) => Some(Arc::new(
-            crate::backhaul::Sink::connect(backhaul, &settings.pop, Arc::clone(&metrics)).await?,
+            crate::backhaul::Sink::connect(backhaul, &settings.pop, metrics.backhaul.clone())
+                .await?,
         )),
         None => None,
     };
@@ -92,13 +93,15 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
             app: Arc::new(App::new(
                 &settings,
                 Arc::clone(&spool),
-                Arc::clone(&metrics),
+                metrics.http.clone(),
                 Arc::clone(&admission),
             )),
             tls: tls_config,
             handshake_timeout: settings.tls.handshake_timeout,
         }),
-        metrics: Arc::clone(&metrics),
+        metrics: metrics.connections.clone(),
+        tls_metrics: metrics.tls.clone(),
+        http_metrics: metrics.http.clone(),
         http: Arc::new(connection_builder(&settings.http)),
         deadlines: settings.http.deadlines,
         connections: std::sync::Mutex::new(crate::conn_limits::ConnTable::new(
@@ -113,7 +116,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
                 Arc::clone(&spool),
                 sink,
                 backhaul.clone(),
-                Arc::clone(&metrics),
+                metrics.backhaul.clone(),
                 backhaul_stopped,
             );
             Some(tokio::spawn(task.in_current_span()))
@@ -132,7 +135,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         running,
         server: Arc::clone(&server),
         spool: Arc::clone(&spool),
-        metrics: Arc::clone(&metrics),
+        metrics: metrics.reload.clone(),
         tickets: shared_tickets,
     };
     tokio::spawn(reloader.run().in_current_span());

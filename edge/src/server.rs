@@ -15,15 +15,24 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use edge_kit::metrics::Reason;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
 use crate::conn_limits::{ConnTable, Source};
 use crate::http::App;
+use crate::http::HttpMetrics;
 use crate::http::webhook::{self, Arrival};
-use crate::metrics::{Handshake, Metrics, Reason};
 use crate::sockets::is_fd_exhaustion;
+use crate::tls::TlsMetrics;
 
 pub struct Server {
     pub live: ArcSwap<Live>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: ConnectionMetrics,
+    pub tls_metrics: TlsMetrics,
+    pub http_metrics: HttpMetrics,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub deadlines: crate::deadline_io::Deadlines,
     /// Connection caps, checked before any TLS work.
@@ -90,12 +99,7 @@ impl Server {
                         Err(refusal) => {
                             // Closed before the handshake: an over-cap source costs one accept.
                             drop(stream);
-                            self.metrics
-                                .connections_refused
-                                .get_or_create(&Reason {
-                                    reason: refusal.reason(),
-                                })
-                                .inc();
+                            self.metrics.refused(refusal.reason());
                             if self.refusal_log.allow() {
                                 tracing::warn!(%peer, reason = refusal.reason(), "connection over its cap, closed before TLS (logged at most once a second)");
                             }
@@ -103,21 +107,13 @@ impl Server {
                     }
                 }
                 Err(e) if is_fd_exhaustion(&e) => {
-                    self.metrics
-                        .accept_errors
-                        .get_or_create(&Reason {
-                            reason: "fd_exhausted",
-                        })
-                        .inc();
+                    self.metrics.accept_error("fd_exhausted");
                     tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "out of file descriptors; backing off accept");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
                 }
                 Err(e) => {
-                    self.metrics
-                        .accept_errors
-                        .get_or_create(&Reason { reason: "other" })
-                        .inc();
+                    self.metrics.accept_error("other");
                     tracing::debug!(error = %e, "accept failed");
                 }
             }
@@ -147,7 +143,7 @@ impl Server {
         let expired = stream.report();
         let _limits = scopeguard(|| {
             if let Some(expired) = expired.get() {
-                metrics.reject(expired.reason());
+                self.http_metrics.reject(expired.reason());
                 if self.refusal_log.allow() {
                     tracing::info!(%peer, reason = expired.reason(), "connection ended by a time limit (logged at most once a second)");
                 }
@@ -158,18 +154,12 @@ impl Server {
         let mut tls = match tokio::time::timeout(live.handshake_timeout, accepting).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
-                metrics
-                    .tls_handshake_failures
-                    .get_or_create(&Reason { reason: "error" })
-                    .inc();
+                self.tls_metrics.handshake_failure("error");
                 tracing::debug!(%peer, error = %e, "TLS handshake failed");
                 return;
             }
             Err(_) => {
-                metrics
-                    .tls_handshake_failures
-                    .get_or_create(&Reason { reason: "timeout" })
-                    .inc();
+                self.tls_metrics.handshake_failure("timeout");
                 tracing::debug!(%peer, "TLS handshake deadline passed");
                 return;
             }
@@ -182,12 +172,9 @@ impl Server {
         };
         let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
         let http2 = session.alpn_protocol() == Some(b"h2");
-        metrics
-            .tls_handshakes
-            .get_or_create(&Handshake { version, resumed })
-            .inc();
+        self.tls_metrics.handshake(version, resumed);
         if tls.accepted_early_data() {
-            metrics.early_data_connections.inc();
+            self.tls_metrics.early_data_connections.inc();
         }
 
         drop(live);
@@ -208,7 +195,7 @@ impl Server {
         if let Err(e) = watcher.watch(connection).await {
             let hyper_error = e.downcast_ref::<hyper::Error>();
             if hyper_error.is_some_and(|e| e.is_parse_too_large()) {
-                metrics.reject("header_too_large");
+                self.http_metrics.reject("header_too_large");
                 tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
             } else if hyper_error.is_some_and(|e| e.is_timeout()) {
                 // hyper's only timers: the HTTP/1 head deadline, the HTTP/2 PING answer.
@@ -223,7 +210,7 @@ impl Server {
                         "request head not received within http.header_timeout",
                     )
                 };
-                metrics.reject(reason);
+                self.http_metrics.reject(reason);
                 if self.refusal_log.allow() {
                     tracing::info!(%peer, "{what}: closed (logged at most once a second)");
                 }
@@ -231,6 +218,53 @@ impl Server {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         }
+    }
+}
+
+/// Connection-level metrics, registered under `edge_*`. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionMetrics {
+    open_connections: Gauge,
+    accept_errors: Family<Reason, Counter>,
+    connections_refused: Family<Reason, Counter>,
+    tfo_accepted: Counter,
+}
+
+impl ConnectionMetrics {
+    /// Creates the metrics and registers them into `registry` (the `edge_` one).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "open_connections",
+            "Client connections open",
+            metrics.open_connections.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "accept() failures, by reason",
+            metrics.accept_errors.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed before TLS because a cap was reached, by cap",
+            metrics.connections_refused.clone(),
+        );
+        registry.register(
+            "tfo_accepted",
+            "Accepted connections whose SYN carried data (TCP Fast Open)",
+            metrics.tfo_accepted.clone(),
+        );
+        metrics
+    }
+
+    fn refused(&self, reason: &'static str) {
+        self.connections_refused
+            .get_or_create(&Reason { reason })
+            .inc();
+    }
+
+    fn accept_error(&self, reason: &'static str) {
+        self.accept_errors.get_or_create(&Reason { reason }).inc();
     }
 }
 

@@ -2,3 +2,4 @@
 //! the same way. Kept small: one module per concern.
 
 pub mod config_file;
+pub mod metrics;

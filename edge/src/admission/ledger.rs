@@ -21,7 +21,12 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::backhaul::Sink;
+/// Where the ledger's lines go: the backhaul's sink to the origin.
+pub trait ShedShipper: Send + Sync + 'static {
+    /// Ships one entry (a JSON line without its newline); `id` de-duplicates a resend.
+    /// False: not shipped now, tried again later.
+    fn ship(&self, entry: &[u8], id: &str) -> impl Future<Output = bool> + Send;
+}
 
 /// One refused request, as the ledger keeps it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -45,14 +50,19 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts the ledger task over `dir`; `sink` ships entries to the origin.
-    pub fn start(dir: &Path, max_bytes: u64, sink: Option<Arc<Sink>>, dropped: Counter) -> Ledger {
+    /// Starts the ledger task over `dir`; `shipper` ships entries to the origin.
+    pub fn start<S: ShedShipper>(
+        dir: &Path,
+        max_bytes: u64,
+        shipper: Option<Arc<S>>,
+        dropped: Counter,
+    ) -> Ledger {
         let (entries, incoming) = mpsc::channel(HAND_OFF);
         let task = Keeper {
             file: dir.join(FILE_NAME),
             offset_file: dir.join(OFFSET_NAME),
             max_bytes,
-            sink,
+            shipper,
             dropped: dropped.clone(),
         };
         tokio::spawn(task.run(incoming));
@@ -79,15 +89,15 @@ pub fn read(dir: &Path) -> std::io::Result<Vec<ShedEntry>> {
         .collect())
 }
 
-struct Keeper {
+struct Keeper<S> {
     file: PathBuf,
     offset_file: PathBuf,
     max_bytes: u64,
-    sink: Option<Arc<Sink>>,
+    shipper: Option<Arc<S>>,
     dropped: Counter,
 }
 
-impl Keeper {
+impl<S: ShedShipper> Keeper<S> {
     async fn run(self, mut incoming: mpsc::Receiver<ShedEntry>) {
         let mut retry = tokio::time::interval(SHIP_RETRY);
         loop {
@@ -126,7 +136,9 @@ impl Keeper {
     /// Publishes every line past the shipped offset; starts the file afresh once all is
     /// shipped and it is over its size.
     async fn ship(&self) {
-        let Some(sink) = &self.sink else { return };
+        let Some(shipper) = &self.shipper else {
+            return;
+        };
         let Ok(text) = tokio::fs::read(&self.file).await else {
             return;
         };
@@ -136,7 +148,7 @@ impl Keeper {
                 break;
             }
             let id = format!("shed-{offset}-{}", crc32c::crc32c(line));
-            if sink.publish_shed(line.trim_ascii_end(), &id).await.is_err() {
+            if !shipper.ship(line.trim_ascii_end(), &id).await {
                 break;
             }
             offset += line.len() as u64;
@@ -181,11 +193,19 @@ mod tests {
         }
     }
 
+    struct Offline;
+
+    impl ShedShipper for Offline {
+        async fn ship(&self, _entry: &[u8], _id: &str) -> bool {
+            false
+        }
+    }
+
     #[tokio::test]
     async fn entries_are_kept_in_order_up_to_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let dropped = Counter::default();
-        let ledger = Ledger::start(dir.path(), 600, None, dropped.clone());
+        let ledger = Ledger::start(dir.path(), 600, None::<Arc<Offline>>, dropped.clone());
         for i in 0..10 {
             ledger.record(entry(&format!("d-{i}")));
         }

@@ -10,10 +10,10 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 
 use super::breaker::{Breaker, Permit, State};
+use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, unit_random};
 use super::{DeliveryError, Sink, dead_letter};
 use crate::config::BackhaulSettings;
-use crate::metrics::{Metrics, Reason};
 use crate::spool::Spool;
 use crate::spool::record::Record;
 
@@ -22,7 +22,7 @@ pub async fn run(
     spool: Arc<Spool>,
     sink: Arc<Sink>,
     settings: BackhaulSettings,
-    metrics: Arc<Metrics>,
+    metrics: BackhaulMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut reader = Some(spool.reader());
@@ -43,7 +43,7 @@ pub async fn run(
             base: settings.retry_base,
             max: settings.retry_max,
         },
-        metrics: Arc::clone(&metrics),
+        metrics: metrics.clone(),
         spool_dir: spool.dir().to_owned(),
         origin_back,
     });
@@ -68,12 +68,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "backhaul cannot read the spool; retrying");
-                    metrics
-                        .backhaul_retries
-                        .get_or_create(&Reason {
-                            reason: "spool_read",
-                        })
-                        .inc();
+                    metrics.retry("spool_read");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
@@ -84,14 +79,13 @@ pub async fn run(
             deliveries.push(Arc::clone(&shared).deliver(record));
         }
         metrics
-            .backhaul_lag_records
+            .lag_records
             .set(spool.durable_seq().saturating_sub(confirmed) as i64);
+        metrics.lag_bytes.set(spool.unconfirmed_bytes() as i64);
         let oldest = outstanding
             .first_key_value()
             .map_or(0, |(_, received_ms)| now_ms().saturating_sub(*received_ms));
-        metrics
-            .backhaul_oldest_undelivered_seconds
-            .set(oldest as f64 / 1e3);
+        metrics.oldest_undelivered_seconds.set(oldest as f64 / 1e3);
 
         let read_up_to = reader.as_ref().expect("reader").next_seq() - 1;
         let want_more = pending.is_empty() && deliveries.len() < settings.max_in_flight;
@@ -138,7 +132,7 @@ struct DeliveryContext {
     sink: Arc<Sink>,
     breaker: Mutex<Breaker>,
     backoff: Backoff,
-    metrics: Arc<Metrics>,
+    metrics: BackhaulMetrics,
     spool_dir: std::path::PathBuf,
     /// Signalled by the sink when a connection to the origin is (re)established.
     origin_back: Arc<tokio::sync::Notify>,
@@ -164,14 +158,12 @@ impl DeliveryContext {
             match self.sink.deliver(&record).await {
                 Ok(()) => {
                     self.breaker.lock().expect("breaker lock").on_success();
-                    self.metrics.backhaul_acks.inc();
+                    self.metrics.acks.inc();
                     self.metrics
-                        .backhaul_publish_seconds
+                        .publish_seconds
                         .observe(started.elapsed().as_secs_f64());
                     let age_ms = now_ms().saturating_sub(record.received_ms);
-                    self.metrics
-                        .backhaul_delivery_seconds
-                        .observe(age_ms as f64 / 1e3);
+                    self.metrics.delivery_seconds.observe(age_ms as f64 / 1e3);
                     return record.seq;
                 }
                 Err(DeliveryError::Rejected(why)) => {
@@ -183,7 +175,7 @@ impl DeliveryContext {
                         .expect("dead-letter task")
                     {
                         Ok(path) => {
-                            self.metrics.backhaul_dead_letters.inc();
+                            self.metrics.dead_letters.inc();
                             tracing::warn!(seq = record.seq, event_id = %record.event_id, why = %why, path = %path.display(), "origin rejected an event; kept as a dead letter");
                             return record.seq;
                         }
@@ -202,10 +194,7 @@ impl DeliveryContext {
                         .lock()
                         .expect("breaker lock")
                         .on_failure(Instant::now());
-                    self.metrics
-                        .backhaul_retries
-                        .get_or_create(&Reason { reason })
-                        .inc();
+                    self.metrics.retry(reason);
                     let pause = self
                         .backoff
                         .delay(attempt, unit_random())
@@ -243,7 +232,7 @@ impl DeliveryContext {
             State::Open => 1,
             State::HalfOpen => 2,
         };
-        self.metrics.backhaul_breaker_state.set(value);
+        self.metrics.breaker_state.set(value);
     }
 }
 

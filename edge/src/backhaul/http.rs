@@ -20,9 +20,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::sync::{Notify, watch};
 
 use super::DeliveryError;
+use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, parse_retry_after, unit_random};
 use crate::config::{ClientTls, HttpSinkSettings};
-use crate::metrics::Metrics;
 use crate::spool::record::Record;
 
 type Sender = http2::SendRequest<Full<Bytes>>;
@@ -38,7 +38,7 @@ pub struct HttpSink {
 impl HttpSink {
     pub async fn connect(
         settings: &HttpSinkSettings,
-        metrics: Arc<Metrics>,
+        metrics: BackhaulMetrics,
     ) -> anyhow::Result<Self> {
         let uri: Uri = settings
             .url
@@ -163,7 +163,7 @@ fn retry(reason: &'static str, detail: String, after: Option<Duration>) -> Deliv
 struct Dialer {
     uri: Uri,
     tls: Option<tokio_rustls::TlsConnector>,
-    metrics: Arc<Metrics>,
+    metrics: BackhaulMetrics,
     origin_back: Arc<Notify>,
 }
 
@@ -179,14 +179,14 @@ impl Dialer {
             match self.dial().await {
                 Ok((sender, connection)) => {
                     failures = 0;
-                    self.metrics.backhaul_dials.inc();
-                    self.metrics.backhaul_ready_connections.inc();
+                    self.metrics.dials.inc();
+                    self.metrics.ready_connections.inc();
                     let _ = slot.send(Some(sender));
                     self.origin_back.notify_waiters();
                     if let Err(e) = connection.await {
                         tracing::warn!(error = %e, origin = %self.uri, "backhaul: origin connection closed");
                     }
-                    self.metrics.backhaul_ready_connections.dec();
+                    self.metrics.ready_connections.dec();
                     let _ = slot.send(None);
                 }
                 Err(e) => {

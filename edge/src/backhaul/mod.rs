@@ -9,13 +9,16 @@ mod breaker;
 mod dead_letter;
 mod delivery;
 mod http;
+mod metrics;
 mod nats;
 mod retry;
 
 use std::time::Duration;
 
 pub use delivery::run;
+pub use metrics::BackhaulMetrics;
 
+use crate::admission::ledger::ShedShipper;
 use crate::config::{BackhaulSettings, SinkSettings};
 use crate::spool::record::Record;
 
@@ -45,7 +48,7 @@ impl Sink {
     pub async fn connect(
         settings: &BackhaulSettings,
         pop: &str,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        metrics: BackhaulMetrics,
     ) -> anyhow::Result<Sink> {
         match &settings.sink {
             SinkSettings::Nats(nats) => {
@@ -73,15 +76,15 @@ impl Sink {
             Sink::Http(sink) => sink.deliver(record).await,
         }
     }
+}
 
-    /// Ships one shed-ledger entry (JSON) to the origin, `id` de-duplicating a resend.
-    /// NATS only: the HTTP origin API has no place for it, so it stays in the local file.
-    pub async fn publish_shed(&self, entry: &[u8], id: &str) -> Result<(), DeliveryError> {
+/// The shed ledger ships over NATS only: the HTTP origin API has no place for it, so
+/// there it stays in the local file.
+impl ShedShipper for Sink {
+    async fn ship(&self, entry: &[u8], id: &str) -> bool {
         match self {
-            Sink::Nats(sink) => sink.publish_shed(entry, id).await,
-            Sink::Http(_) => Err(DeliveryError::Rejected(
-                "the http sink does not carry the shed ledger".into(),
-            )),
+            Sink::Nats(sink) => sink.publish_shed(entry, id).await.is_ok(),
+            Sink::Http(_) => false,
         }
     }
 }

@@ -13,9 +13,9 @@ use async_nats::jetstream;
 use tokio::sync::{Notify, OnceCell};
 
 use super::DeliveryError;
+use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, unit_random};
 use crate::config::NatsSettings;
-use crate::metrics::{Metrics, Reason};
 use crate::spool::record::Record;
 
 pub struct NatsSink {
@@ -25,7 +25,7 @@ pub struct NatsSink {
     stream_ready: OnceCell<()>,
     /// `webhooks.shed.<pop>`: where the shed ledger goes.
     shed_subject: String,
-    metrics: Arc<Metrics>,
+    metrics: BackhaulMetrics,
     pub(super) origin_back: Arc<Notify>,
 }
 
@@ -33,7 +33,7 @@ impl NatsSink {
     pub async fn connect(
         settings: &NatsSettings,
         pop: &str,
-        metrics: Arc<Metrics>,
+        metrics: BackhaulMetrics,
     ) -> anyhow::Result<Self> {
         let mut options = match &settings.credentials {
             Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
@@ -56,7 +56,7 @@ impl NatsSink {
                 options = options.add_client_certificate(cert.clone(), key.clone());
             }
         }
-        let events_metrics = Arc::clone(&metrics);
+        let events_metrics = metrics.clone();
         let origin_back = Arc::new(Notify::new());
         let reconnected = Arc::clone(&origin_back);
         let client = options
@@ -66,18 +66,18 @@ impl NatsSink {
             .retry_on_initial_connect()
             .reconnect_delay_callback(reconnect_delay(settings.reconnect_max))
             .event_callback(move |event| {
-                let metrics = Arc::clone(&events_metrics);
+                let metrics = events_metrics.clone();
                 let reconnected = Arc::clone(&reconnected);
                 async move {
                     match event {
                         async_nats::Event::Connected => {
-                            metrics.backhaul_dials.inc();
-                            metrics.backhaul_ready_connections.set(1);
+                            metrics.dials.inc();
+                            metrics.ready_connections.set(1);
                             reconnected.notify_waiters();
                             tracing::info!("backhaul: connected to NATS");
                         }
                         async_nats::Event::Disconnected => {
-                            metrics.backhaul_ready_connections.set(0);
+                            metrics.ready_connections.set(0);
                             tracing::warn!(
                                 "backhaul: disconnected from NATS; reconnecting in the background"
                             );
@@ -142,7 +142,7 @@ impl NatsSink {
             .await
             .map_err(|e| retry("puback", e.to_string()))?;
         if ack.duplicate {
-            self.metrics.backhaul_duplicates.inc();
+            self.metrics.duplicates.inc();
         }
         Ok(())
     }
@@ -194,10 +194,7 @@ impl NatsSink {
                 .map_err(|e| e.to_string())
         };
         found.map_err(|e| {
-            self.metrics
-                .backhaul_retries
-                .get_or_create(&Reason { reason: "stream" })
-                .inc();
+            self.metrics.retry("stream");
             retry("stream", format!("stream {name}: {e}"))
         })
     }

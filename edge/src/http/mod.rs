@@ -1,7 +1,7 @@
 //! The HTTP side of the edge: shared application state, the route table, and the hyper
 //! connection settings. The webhook path itself is in [`webhook`].
 
-pub mod body_rate;
+mod metrics;
 pub mod webhook;
 
 use std::collections::HashMap;
@@ -10,9 +10,10 @@ use std::sync::Arc;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 
+pub use metrics::HttpMetrics;
+
 use crate::admission::Admission;
 use crate::config::{HttpSettings, Route, Settings};
-use crate::metrics::Metrics;
 use crate::spool::Spool;
 
 /// Everything a request handler needs, shared by all connections.
@@ -21,7 +22,7 @@ pub struct App {
     /// anycast address landed on.
     pub pop: http::HeaderValue,
     pub routes: HashMap<String, Arc<RouteEntry>>,
-    pub body_rate: body_rate::BodyRate,
+    pub body_rate: crate::body_rate::BodyRate,
     pub request_timeout: std::time::Duration,
     /// The request-head limits, enforced here so a 431 is an answer like any other (the
     /// rest of the body discarded) rather than hyper closing the connection on it.
@@ -34,7 +35,7 @@ pub struct App {
     /// Lives across reloads: the adaptive limit and the queue are the process's.
     pub admission: Arc<Admission>,
     pub spool: Arc<Spool>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: HttpMetrics,
 }
 
 /// A route plus its name as a shared string (spool records and metrics use it per request).
@@ -47,7 +48,7 @@ impl App {
     pub fn new(
         settings: &Settings,
         spool: Arc<Spool>,
-        metrics: Arc<Metrics>,
+        metrics: HttpMetrics,
         admission: Arc<Admission>,
     ) -> Self {
         let routes = settings

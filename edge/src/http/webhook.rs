@@ -13,10 +13,10 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
 
-use super::body_rate::BodyRate;
 use super::{App, RouteEntry};
 use crate::admission::Refusal;
 use crate::admission::ledger::ShedEntry;
+use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
@@ -151,13 +151,7 @@ async fn handle_route(
         .verifier
         .verify(&parts.headers, &body, SystemTime::now())
     {
-        app.metrics
-            .verify_failures
-            .get_or_create(&crate::metrics::RouteReason {
-                route: entry.name.to_string(),
-                reason: e.reason(),
-            })
-            .inc();
+        app.metrics.verify_failure(&entry.name, e.reason());
         tracing::info!(route = %entry.name, reason = e.reason(), "signature verification failed");
         return json(StatusCode::UNAUTHORIZED, &format!(r#"{{"error":"{e}"}}"#));
     }
@@ -196,12 +190,7 @@ async fn handle_route(
     match appended {
         Ok(Appended::Stored { seq }) => ack(route.ack_status, seq, false),
         Ok(Appended::Duplicate { seq }) => {
-            app.metrics
-                .duplicates
-                .get_or_create(&crate::metrics::RouteLabel {
-                    route: entry.name.to_string(),
-                })
-                .inc();
+            app.metrics.duplicate(&entry.name);
             ack(route.ack_status, seq, true)
         }
         Err(e) => {
@@ -309,10 +298,7 @@ fn guard_early(app: &App, entry: &RouteEntry) -> Option<Response<ResponseBody>> 
         EarlyDataPolicy::Accept => "accepted",
         EarlyDataPolicy::Reject => "too_early",
     };
-    app.metrics
-        .early_requests
-        .get_or_create(&crate::metrics::Reason { reason: outcome })
-        .inc();
+    app.metrics.early_request(outcome);
     if entry.route.early_data == EarlyDataPolicy::Accept {
         return None;
     }

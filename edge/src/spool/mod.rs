@@ -5,6 +5,7 @@
 
 pub mod checkpoint;
 mod lag;
+pub mod metrics;
 mod reader;
 pub mod recent_ids;
 pub mod record;
@@ -22,11 +23,11 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use metrics::SpoolMetrics;
 pub use reader::SpoolReader;
 pub use recovery::RecoveryReport;
 
 use crate::config::SpoolSettings;
-use crate::metrics::Metrics;
 
 /// A webhook ready to be stored: verified, with its event id.
 #[derive(Debug)]
@@ -63,6 +64,18 @@ pub enum AppendError {
     Closed,
 }
 
+impl AppendError {
+    /// The `reason` label of the error in metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::DiskFull => "disk_full",
+            Self::Failed(_) => "failed",
+            Self::Closed => "closed",
+        }
+    }
+}
+
 /// Handle to the spool; cheap to share behind an `Arc`.
 pub struct Spool {
     commands: mpsc::UnboundedSender<writer::Command>,
@@ -78,6 +91,8 @@ pub(crate) struct Shared {
     durable_seq: AtomicU64,
     checkpoint: AtomicU64,
     bytes: AtomicU64,
+    /// Spool bytes the origin has not confirmed (see `lag`).
+    unconfirmed_bytes: AtomicU64,
     high_water_bytes: u64,
     max_bytes: u64,
     failed: AtomicBool,
@@ -96,7 +111,7 @@ impl Spool {
         settings: &SpoolSettings,
         pop: &str,
         windows: HashMap<String, usize>,
-        metrics: Arc<Metrics>,
+        metrics: SpoolMetrics,
     ) -> anyhow::Result<(Spool, RecoveryReport)> {
         let recovered = recovery::recover(settings, windows)?;
         reserve::ensure(&settings.dir);
@@ -106,6 +121,7 @@ impl Spool {
             durable_seq: AtomicU64::new(recovered.next_seq - 1),
             checkpoint: AtomicU64::new(recovered.checkpoint),
             bytes: AtomicU64::new(recovered.total_bytes),
+            unconfirmed_bytes: AtomicU64::new(0),
             high_water_bytes: (settings.max_bytes as f64 * settings.high_water) as u64,
             max_bytes: settings.max_bytes,
             failed: AtomicBool::new(false),
@@ -204,6 +220,11 @@ impl Spool {
         self.shared.durable_seq.load(Ordering::Acquire)
     }
 
+    /// Bytes of the spool the origin has not confirmed; errs high by under 1 MiB.
+    pub fn unconfirmed_bytes(&self) -> u64 {
+        self.shared.unconfirmed_bytes.load(Ordering::Acquire)
+    }
+
     /// Stops the writer after it has finished (and synced) everything queued before.
     pub async fn close(&self) {
         let _ = self.commands.send(writer::Command::Shutdown);
@@ -275,7 +296,7 @@ mod tests {
             &settings(dir),
             "pop1",
             windows,
-            Arc::new(Metrics::new("pop1")),
+            SpoolMetrics::register(&mut Default::default()),
         )
         .unwrap()
     }
@@ -383,7 +404,7 @@ mod tests {
             &settings(dir.path()),
             "p",
             windows,
-            Arc::new(Metrics::new("p")),
+            SpoolMetrics::register(&mut Default::default()),
         );
         assert!(
             second

@@ -18,12 +18,12 @@ use nix::fcntl::Flock;
 use tokio::sync::{mpsc, oneshot};
 
 use super::lag::LagBytes;
+use super::metrics::SpoolMetrics;
 use super::recent_ids::RecentIds;
 use super::record::{RecordView, SEGMENT_MAGIC};
 use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
 use super::{AppendError, Appended, NewEvent, Shared, checkpoint, reserve};
 use crate::config::SpoolSettings;
-use crate::metrics::Metrics;
 
 pub(super) enum Command {
     Append(NewEvent, oneshot::Sender<Result<Appended, AppendError>>),
@@ -54,7 +54,7 @@ pub(super) struct Writer {
     batch_buf: Vec<u8>,
     frame_buf: Vec<u8>,
     shared: Arc<Shared>,
-    metrics: Arc<Metrics>,
+    metrics: SpoolMetrics,
     _lock: Flock<File>,
 }
 
@@ -64,7 +64,7 @@ impl Writer {
         pop: &str,
         recovered: Recovered,
         shared: Arc<Shared>,
-        metrics: Arc<Metrics>,
+        metrics: SpoolMetrics,
     ) -> Self {
         let writer = Self {
             dir: settings.dir.clone(),
@@ -250,11 +250,9 @@ impl Writer {
         }
         self.batch_buf = buf;
         self.frame_buf = frame;
-        self.metrics
-            .spool_batch_records
-            .observe(appends.len() as f64);
+        self.metrics.batch_records.observe(appends.len() as f64);
         for outcome in &outcomes {
-            self.metrics.spool_append(outcome);
+            self.metrics.append(outcome);
         }
         self.publish_gauges();
         outcomes
@@ -326,7 +324,7 @@ impl Writer {
             std::thread::sleep(self.sync_delay);
         }
         self.metrics
-            .spool_fsync_seconds
+            .fsync_seconds
             .observe(started.elapsed().as_secs_f64());
         let written = buf.len() as u64;
         let meta = self
@@ -382,12 +380,14 @@ impl Writer {
 
     fn publish_gauges(&self) {
         self.shared.bytes.store(self.total_bytes, Ordering::Release);
-        self.metrics.spool_bytes.set(self.total_bytes as i64);
-        self.metrics.spool_segments.set(self.segments.len() as i64);
+        self.metrics.bytes.set(self.total_bytes as i64);
+        self.metrics.segments.set(self.segments.len() as i64);
         self.metrics
-            .spool_backlog_records
+            .backlog_records
             .set((self.next_seq - 1 - self.checkpoint) as i64);
-        self.metrics.backhaul_lag_bytes.set(self.lag.lag() as i64);
+        self.shared
+            .unconfirmed_bytes
+            .store(self.lag.lag(), Ordering::Release);
     }
 }
 

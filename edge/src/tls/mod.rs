@@ -3,6 +3,7 @@
 //! certificates, stateful or fleet-shared session tickets (`tickets`), guarded 0-RTT,
 //! and the connection stream that lets early data through (`stream`).
 
+mod metrics;
 pub mod stream;
 pub mod tickets;
 
@@ -16,6 +17,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
 
 use crate::config::{Identity, SessionTickets, TlsSettings, TlsVersion};
+pub use metrics::TlsMetrics;
 use tickets::SharedTickets;
 
 /// The rustls config, and the shared ticket keys when they are in use (to reload them).

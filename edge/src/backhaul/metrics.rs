@@ -1,0 +1,114 @@
+//! The backhaul's metrics, registered under `edge_backhaul_*`.
+
+use std::sync::atomic::AtomicU64;
+
+use edge_kit::metrics::Reason;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Cheap to clone: every field is a shared handle.
+#[derive(Clone, Debug)]
+pub struct BackhaulMetrics {
+    pub dials: Counter,
+    pub ready_connections: Gauge,
+    pub acks: Counter,
+    pub duplicates: Counter,
+    pub retries: Family<Reason, Counter>,
+    pub dead_letters: Counter,
+    pub publish_seconds: Histogram,
+    pub delivery_seconds: Histogram,
+    pub lag_records: Gauge,
+    pub lag_bytes: Gauge,
+    pub oldest_undelivered_seconds: Gauge<f64, AtomicU64>,
+    pub breaker_state: Gauge,
+}
+
+impl BackhaulMetrics {
+    /// Creates the metrics and registers them into `registry` (the `edge_` one).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            dials: Counter::default(),
+            ready_connections: Gauge::default(),
+            acks: Counter::default(),
+            duplicates: Counter::default(),
+            retries: Family::default(),
+            dead_letters: Counter::default(),
+            publish_seconds: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
+            delivery_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 20)),
+            lag_records: Gauge::default(),
+            lag_bytes: Gauge::default(),
+            oldest_undelivered_seconds: Gauge::default(),
+            breaker_state: Gauge::default(),
+        };
+        let backhaul = registry.sub_registry_with_prefix("backhaul");
+        backhaul.register(
+            "dials",
+            "Connections established to the origin",
+            metrics.dials.clone(),
+        );
+        backhaul.register(
+            "ready_connections",
+            "Origin connections open and ready",
+            metrics.ready_connections.clone(),
+        );
+        backhaul.register(
+            "acks",
+            "Events the origin acknowledged",
+            metrics.acks.clone(),
+        );
+        backhaul.register(
+            "duplicates",
+            "Acknowledged events the origin already had (dropped by event id)",
+            metrics.duplicates.clone(),
+        );
+        backhaul.register(
+            "retries",
+            "Delivery retries, by reason",
+            metrics.retries.clone(),
+        );
+        backhaul.register(
+            "dead_letters",
+            "Events the origin refused for good, kept in the dead-letter store",
+            metrics.dead_letters.clone(),
+        );
+        backhaul.register(
+            "publish_seconds",
+            "Publish to acknowledgement, per attempt",
+            metrics.publish_seconds.clone(),
+        );
+        backhaul.register(
+            "delivery_seconds",
+            "Receive (2xx) to origin acknowledgement",
+            metrics.delivery_seconds.clone(),
+        );
+        backhaul.register(
+            "lag_records",
+            "Durable records the origin has not confirmed",
+            metrics.lag_records.clone(),
+        );
+        backhaul.register(
+            "lag_bytes",
+            "Spool bytes the origin has not confirmed (errs high by under 1 MiB)",
+            metrics.lag_bytes.clone(),
+        );
+        backhaul.register(
+            "oldest_undelivered_seconds",
+            "Age of the oldest record read but not confirmed",
+            metrics.oldest_undelivered_seconds.clone(),
+        );
+        backhaul.register(
+            "breaker_state",
+            "Origin circuit breaker: 0 closed, 1 open, 2 half-open",
+            metrics.breaker_state.clone(),
+        );
+        metrics
+    }
+
+    /// Counts one retry by its reason.
+    pub fn retry(&self, reason: &'static str) {
+        self.retries.get_or_create(&Reason { reason }).inc();
+    }
+}

@@ -1,0 +1,106 @@
+//! The HTTP layer's metrics: answers by route and status, verification failures,
+//! redeliveries, and every request refused by a limit. Registered under `edge_*`.
+
+use edge_kit::metrics::Reason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// Cheap to clone: every field is a shared handle.
+#[derive(Clone, Debug, Default)]
+pub struct HttpMetrics {
+    requests: Family<RouteStatus, Counter>,
+    verify_failures: Family<RouteReason, Counter>,
+    duplicates: Family<RouteLabel, Counter>,
+    /// Requests refused by a limit before reaching a route (header size, unknown path…).
+    rejected: Family<Reason, Counter>,
+    early_requests: Family<Reason, Counter>,
+}
+
+impl HttpMetrics {
+    /// Creates the metrics and registers them into `registry` (the `edge_` one).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "requests",
+            "Webhook requests answered, by route and status",
+            metrics.requests.clone(),
+        );
+        registry.register(
+            "verify_failures",
+            "Signature verification failures, by route and reason",
+            metrics.verify_failures.clone(),
+        );
+        registry.register(
+            "duplicates",
+            "Verified redeliveries acknowledged without storing again, by route",
+            metrics.duplicates.clone(),
+        );
+        registry.register(
+            "rejected",
+            "Requests refused before routing, by reason",
+            metrics.rejected.clone(),
+        );
+        registry.register(
+            "early_requests",
+            "Requests seen before the handshake completed (or marked Early-Data: 1), by outcome",
+            metrics.early_requests.clone(),
+        );
+        metrics
+    }
+
+    pub fn request(&self, route: &str, status: http::StatusCode) {
+        self.requests
+            .get_or_create(&RouteStatus {
+                route: route.to_owned(),
+                status: status.as_u16(),
+            })
+            .inc();
+    }
+
+    pub fn reject(&self, reason: &'static str) {
+        self.rejected.get_or_create(&Reason { reason }).inc();
+    }
+
+    pub fn verify_failure(&self, route: &str, reason: &'static str) {
+        self.verify_failures
+            .get_or_create(&RouteReason {
+                route: route.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn duplicate(&self, route: &str) {
+        self.duplicates
+            .get_or_create(&RouteLabel {
+                route: route.to_owned(),
+            })
+            .inc();
+    }
+
+    /// An early (0-RTT) request, by what its route's policy did with it.
+    pub fn early_request(&self, outcome: &'static str) {
+        self.early_requests
+            .get_or_create(&Reason { reason: outcome })
+            .inc();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteStatus {
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteReason {
+    route: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}

@@ -1,0 +1,73 @@
+//! The spool's metrics, registered under `edge_spool_*`.
+
+use edge_kit::metrics::Reason;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use super::{AppendError, Appended};
+
+/// Cheap to clone: every field is a shared handle.
+#[derive(Clone, Debug)]
+pub struct SpoolMetrics {
+    pub appends: Family<Reason, Counter>,
+    pub bytes: Gauge,
+    pub segments: Gauge,
+    pub backlog_records: Gauge,
+    pub fsync_seconds: Histogram,
+    pub batch_records: Histogram,
+}
+
+impl SpoolMetrics {
+    /// Creates the metrics and registers them into `registry` (the `edge_` one).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            appends: Family::default(),
+            bytes: Gauge::default(),
+            segments: Gauge::default(),
+            backlog_records: Gauge::default(),
+            fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            batch_records: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
+        };
+        let spool = registry.sub_registry_with_prefix("spool");
+        spool.register(
+            "appends",
+            "Spool appends, by result",
+            metrics.appends.clone(),
+        );
+        spool.register(
+            "bytes",
+            "Bytes held in spool segments",
+            metrics.bytes.clone(),
+        );
+        spool.register("segments", "Spool segment files", metrics.segments.clone());
+        spool.register(
+            "backlog_records",
+            "Records stored but not yet confirmed by the origin",
+            metrics.backlog_records.clone(),
+        );
+        spool.register(
+            "fsync_seconds",
+            "Duration of each spool fdatasync",
+            metrics.fsync_seconds.clone(),
+        );
+        spool.register(
+            "batch_records",
+            "Appends per group commit",
+            metrics.batch_records.clone(),
+        );
+        metrics
+    }
+
+    /// Counts one append by its outcome.
+    pub fn append(&self, outcome: &Result<Appended, AppendError>) {
+        let reason = match outcome {
+            Ok(Appended::Stored { .. }) => "stored",
+            Ok(Appended::Duplicate { .. }) => "duplicate",
+            Err(e) => e.reason(),
+        };
+        self.appends.get_or_create(&Reason { reason }).inc();
+    }
+}

@@ -1,0 +1,58 @@
+//! TLS metrics: handshakes by version and resumption, failures, accepted 0-RTT.
+//! Registered under `edge_tls_*`.
+
+use edge_kit::metrics::Reason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// Cheap to clone: every field is a shared handle.
+#[derive(Clone, Debug, Default)]
+pub struct TlsMetrics {
+    handshakes: Family<Handshake, Counter>,
+    handshake_failures: Family<Reason, Counter>,
+    pub early_data_connections: Counter,
+}
+
+impl TlsMetrics {
+    /// Creates the metrics and registers them into `registry` (the `edge_` one).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        let tls = registry.sub_registry_with_prefix("tls");
+        tls.register(
+            "handshakes",
+            "Completed TLS handshakes, by version and resumption",
+            metrics.handshakes.clone(),
+        );
+        tls.register(
+            "handshake_failures",
+            "Failed TLS handshakes, by reason",
+            metrics.handshake_failures.clone(),
+        );
+        tls.register(
+            "early_data_connections",
+            "TLS connections whose 0-RTT early data was accepted",
+            metrics.early_data_connections.clone(),
+        );
+        metrics
+    }
+
+    pub fn handshake(&self, version: &'static str, resumed: bool) {
+        self.handshakes
+            .get_or_create(&Handshake { version, resumed })
+            .inc();
+    }
+
+    pub fn handshake_failure(&self, reason: &'static str) {
+        self.handshake_failures
+            .get_or_create(&Reason { reason })
+            .inc();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Handshake {
+    version: &'static str,
+    resumed: bool,
+}
