@@ -20,6 +20,39 @@ pub fn load<T>(
     parse(&text).map_err(errors)
 }
 
+/// Deserializes YAML text into the raw config type `R`; a type error or an unknown key is
+/// reported with the path of the field (`routes[2].max_bdy`).
+pub fn parse_yaml<R: serde::de::DeserializeOwned>(text: &str) -> Result<R, Vec<(String, String)>> {
+    let deserializer = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let field = match e.path().to_string() {
+            top if top == "." => "(top level)".to_owned(),
+            field => field,
+        };
+        vec![(field, e.into_inner().to_string())]
+    })
+}
+
+/// Collects every `(field, message)` a validation finds, so a file is refused with all
+/// its problems at once rather than one per attempt.
+#[derive(Debug, Default)]
+pub struct FieldErrors(Vec<(String, String)>);
+
+impl FieldErrors {
+    pub fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push((field.into(), message.into()));
+    }
+
+    /// `value` when nothing was wrong, or every error.
+    pub fn into_result<T>(self, value: impl FnOnce() -> T) -> Result<T, Vec<(String, String)>> {
+        if self.0.is_empty() {
+            Ok(value())
+        } else {
+            Err(self.0)
+        }
+    }
+}
+
 /// Every problem found in a config file.
 #[derive(Debug)]
 pub struct ConfigErrors {

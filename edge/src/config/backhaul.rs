@@ -1,0 +1,229 @@
+//! `backhaul:` where spooled events go (NATS JetStream or an HTTP origin), and how
+//! deliveries are retried behind a circuit breaker.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use edge_kit::config_file::FieldErrors;
+use serde::Deserialize;
+
+#[derive(Clone, Debug)]
+pub struct BackhaulSettings {
+    pub sink: SinkSettings,
+    pub max_in_flight: usize,
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    pub breaker_failures: u32,
+    pub breaker_open_for: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub enum SinkSettings {
+    Nats(NatsSettings),
+    Http(HttpSinkSettings),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSinkSettings {
+    pub url: String,
+    /// Warm HTTP/2 connections kept open to the origin. Default 4.
+    #[serde(default = "HttpSinkSettings::default_connections")]
+    pub connections: usize,
+    pub tls: Option<ClientTls>,
+    /// One delivery attempt. Default 5s.
+    #[serde(default = "default_publish_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsSettings {
+    pub servers: Vec<String>,
+    pub stream: String,
+    /// Create the stream (subjects `webhooks.>`) when it does not exist. Default false.
+    #[serde(default)]
+    pub create: bool,
+    /// `{pop}` and `{route}` are replaced. Default `webhooks.{pop}.{route}`.
+    #[serde(default = "NatsSettings::default_subject")]
+    pub subject: String,
+    pub credentials: Option<PathBuf>,
+    pub token: Option<String>,
+    pub nkey: Option<String>,
+    pub tls: Option<ClientTls>,
+    /// Publish to PubAck, per attempt. Default 5s.
+    #[serde(default = "default_publish_timeout", with = "humantime_serde")]
+    pub publish_timeout: Duration,
+    /// Longest pause between reconnect attempts (exponential from 100ms, full jitter).
+    /// Default 2s: async-nats' own grows to 4s, which a recovered origin would wait.
+    #[serde(
+        default = "NatsSettings::default_reconnect_max",
+        with = "humantime_serde"
+    )]
+    pub reconnect_max: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTls {
+    pub ca: Option<PathBuf>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackhaul {
+    sink: SinkKind,
+    nats: Option<NatsSettings>,
+    http: Option<HttpSinkSettings>,
+    /// Deliveries outstanding at once. Default [`DEFAULT_MAX_IN_FLIGHT`].
+    max_in_flight: Option<usize>,
+    #[serde(default)]
+    retry: RawRetry,
+    #[serde(default)]
+    breaker: RawBreaker,
+}
+
+#[derive(Deserialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum SinkKind {
+    Nats,
+    Http,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawRetry {
+    /// First pause after a failed delivery (exponential, full jitter). Default 200ms.
+    #[serde(with = "humantime_serde")]
+    base: Duration,
+    /// Longest pause. Default 30s.
+    #[serde(with = "humantime_serde")]
+    max: Duration,
+}
+
+impl Default for RawRetry {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_millis(200),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawBreaker {
+    /// Consecutive failures that open the breaker. Default 5.
+    failures: u32,
+    /// How long it stays open before one trial delivery. Default 5s.
+    #[serde(with = "humantime_serde")]
+    open_for: Duration,
+}
+
+impl Default for RawBreaker {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            open_for: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RawBackhaul {
+    /// `None` when the chosen sink has no section (an error was added).
+    pub(super) fn validate(self, errors: &mut FieldErrors) -> Option<BackhaulSettings> {
+        let max_in_flight = self.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+        if max_in_flight == 0 {
+            errors.add("backhaul.max_in_flight", "must be positive");
+        }
+        if self.retry.base.is_zero() || self.retry.max < self.retry.base {
+            errors.add("backhaul.retry", "needs 0 < base <= max");
+        }
+        let sink = match (self.sink, self.nats, self.http) {
+            (SinkKind::Http, _, Some(http)) => SinkSettings::Http(http.validate(errors)),
+            (SinkKind::Nats, Some(nats), _) => SinkSettings::Nats(nats.validate(errors)),
+            (SinkKind::Http, _, None) => {
+                errors.add("backhaul.http", "required when backhaul.sink is http");
+                return None;
+            }
+            (SinkKind::Nats, None, _) => {
+                errors.add("backhaul.nats", "required when backhaul.sink is nats");
+                return None;
+            }
+        };
+        Some(BackhaulSettings {
+            sink,
+            max_in_flight,
+            retry_base: self.retry.base,
+            retry_max: self.retry.max,
+            breaker_failures: self.breaker.failures,
+            breaker_open_for: self.breaker.open_for,
+        })
+    }
+}
+
+impl HttpSinkSettings {
+    fn default_connections() -> usize {
+        4
+    }
+
+    fn validate(self, errors: &mut FieldErrors) -> Self {
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            errors.add("backhaul.http.url", "must be an http:// or https:// URL");
+        }
+        if self.connections == 0 {
+            errors.add("backhaul.http.connections", "must be at least 1");
+        }
+        if self.url.starts_with("https://")
+            && self.tls.as_ref().and_then(|t| t.ca.as_ref()).is_none()
+        {
+            errors.add("backhaul.http.tls.ca", "required for an https:// origin");
+        }
+        self
+    }
+}
+
+impl NatsSettings {
+    fn default_subject() -> String {
+        "webhooks.{pop}.{route}".into()
+    }
+
+    fn default_reconnect_max() -> Duration {
+        Duration::from_secs(2)
+    }
+
+    fn validate(self, errors: &mut FieldErrors) -> Self {
+        if self.servers.is_empty() {
+            errors.add("backhaul.nats.servers", "must list at least one server");
+        }
+        if self.stream.is_empty() {
+            errors.add("backhaul.nats.stream", "must not be empty");
+        }
+        if self.reconnect_max < Duration::from_millis(100) {
+            errors.add(
+                "backhaul.nats.reconnect_max",
+                "must be at least 100ms (it caps a backoff that starts there)",
+            );
+        }
+        let auth = [
+            self.credentials.is_some(),
+            self.token.is_some(),
+            self.nkey.is_some(),
+        ];
+        if auth.iter().filter(|a| **a).count() > 1 {
+            errors.add(
+                "backhaul.nats",
+                "set at most one of credentials, token, nkey",
+            );
+        }
+        self
+    }
+}
+
+fn default_publish_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+const DEFAULT_MAX_IN_FLIGHT: usize = 256;

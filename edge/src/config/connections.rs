@@ -1,0 +1,51 @@
+//! `connections:` caps enforced before the TLS handshake (`crate::conn_limits`).
+
+use edge_kit::config_file::FieldErrors;
+use serde::Deserialize;
+
+use crate::conn_limits::Caps;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawConnections {
+    /// Client connections open at once. Default 20000.
+    max: usize,
+    /// Connections from one IPv4 address or IPv6 /64. Default 256.
+    per_source: usize,
+    /// CIDRs where many senders share addresses (provider egress ranges); also exempt
+    /// from per-source rate limits. Default none.
+    pub(super) trusted: Vec<ipnet::IpNet>,
+    /// Connections from one source inside `trusted`. Default 8192.
+    per_trusted_source: usize,
+}
+
+impl Default for RawConnections {
+    fn default() -> Self {
+        Self {
+            max: 20_000,
+            per_source: 256,
+            trusted: Vec::new(),
+            per_trusted_source: 8192,
+        }
+    }
+}
+
+impl RawConnections {
+    pub(super) fn validate(self, errors: &mut FieldErrors) -> Caps {
+        if self.max == 0 || self.per_source == 0 {
+            errors.add("connections", "max and per_source must be positive");
+        }
+        if self.per_trusted_source < self.per_source {
+            errors.add(
+                "connections.per_trusted_source",
+                "must be at least connections.per_source",
+            );
+        }
+        Caps {
+            max_total: self.max,
+            max_per_source: self.per_source,
+            trusted: self.trusted,
+            max_per_trusted_source: self.per_trusted_source,
+        }
+    }
+}

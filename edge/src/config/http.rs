@@ -1,0 +1,139 @@
+//! `http:` request-head limits, HTTP/2 settings and the slow-client deadlines.
+
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use edge_kit::config_file::FieldErrors;
+use serde::Deserialize;
+
+use crate::body_rate::BodyRate;
+use crate::deadline_io::Deadlines;
+
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub header_timeout: Duration,
+    pub h2_max_concurrent_streams: u32,
+    /// HTTP/2 PING every `interval` on a quiet connection; no answer within `timeout` closes it.
+    pub h2_keepalive_interval: Duration,
+    pub h2_keepalive_timeout: Duration,
+    /// Whole request, from dispatch to answer (body, verification, spool); past it, 503.
+    pub request_timeout: Duration,
+    /// Slow-body rule: minimum average rate after a grace period, and a body deadline.
+    pub body_rate: BodyRate,
+    /// Write stall, keep-alive idle and connection lifetime limits.
+    pub deadlines: Deadlines,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawHttp {
+    /// Request head size (name + value + 32 per field, as HTTP/2 counts); 431 past it.
+    /// Default 16KiB.
+    max_header_bytes: ByteSize,
+    /// Header fields per request; 431 past it. Default 64.
+    max_headers: usize,
+    /// An HTTP/1.1 request head must arrive within this. Default 10s.
+    #[serde(with = "humantime_serde")]
+    header_timeout: Duration,
+    /// Default 128.
+    h2_max_concurrent_streams: u32,
+    /// PING a quiet HTTP/2 connection this often. Default 20s.
+    #[serde(with = "humantime_serde")]
+    h2_keepalive_interval: Duration,
+    /// Close it when the PING is not answered within this. Default 10s.
+    #[serde(with = "humantime_serde")]
+    h2_keepalive_timeout: Duration,
+    /// Whole request, dispatch to answer; 503 past it. Default 45s.
+    #[serde(with = "humantime_serde")]
+    request_timeout: Duration,
+    /// A body must average at least this per second once `body_rate_grace` has
+    /// passed; 408 otherwise. Default 1KiB.
+    min_body_rate: ByteSize,
+    /// Default 5s.
+    #[serde(with = "humantime_serde")]
+    body_rate_grace: Duration,
+    /// The whole body must arrive within this; 408 otherwise. Default 30s.
+    #[serde(with = "humantime_serde")]
+    body_timeout: Duration,
+    /// A client that reads none of our answer for this long is dropped. Default 10s.
+    #[serde(with = "humantime_serde")]
+    write_stall_timeout: Duration,
+    /// A keep-alive connection with no request for this long is closed. Default 60s.
+    #[serde(with = "humantime_serde")]
+    idle_timeout: Duration,
+    /// Any connection is closed (gracefully) after this. Default 1h.
+    #[serde(with = "humantime_serde")]
+    max_connection_lifetime: Duration,
+}
+
+impl Default for RawHttp {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: ByteSize::kib(16),
+            max_headers: 64,
+            header_timeout: Duration::from_secs(10),
+            h2_max_concurrent_streams: 128,
+            h2_keepalive_interval: Duration::from_secs(20),
+            h2_keepalive_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(45),
+            min_body_rate: ByteSize::kib(1),
+            body_rate_grace: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(30),
+            write_stall_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connection_lifetime: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl RawHttp {
+    pub(super) fn validate(self, errors: &mut FieldErrors) -> HttpSettings {
+        if self.max_header_bytes.as_u64() < 1024 {
+            errors.add("http.max_header_bytes", "must be at least 1KiB");
+        }
+        for (field, value) in [
+            ("http.write_stall_timeout", self.write_stall_timeout),
+            ("http.idle_timeout", self.idle_timeout),
+            ("http.max_connection_lifetime", self.max_connection_lifetime),
+            ("http.h2_keepalive_interval", self.h2_keepalive_interval),
+            ("http.h2_keepalive_timeout", self.h2_keepalive_timeout),
+        ] {
+            if value.is_zero() {
+                errors.add(field, "must be greater than zero");
+            }
+        }
+        if self.body_timeout.is_zero() {
+            errors.add("http.body_timeout", "must be greater than zero");
+        }
+        if self.request_timeout <= self.body_timeout {
+            errors.add(
+                "http.request_timeout",
+                "must be longer than http.body_timeout (a slow body is answered 408 first)",
+            );
+        }
+        if self.max_headers == 0 {
+            errors.add("http.max_headers", "must be positive");
+        }
+        HttpSettings {
+            max_header_bytes: self.max_header_bytes.as_u64() as usize,
+            max_headers: self.max_headers,
+            header_timeout: self.header_timeout,
+            h2_max_concurrent_streams: self.h2_max_concurrent_streams,
+            h2_keepalive_interval: self.h2_keepalive_interval,
+            h2_keepalive_timeout: self.h2_keepalive_timeout,
+            request_timeout: self.request_timeout,
+            body_rate: BodyRate {
+                min_bytes_per_second: self.min_body_rate.as_u64(),
+                grace: self.body_rate_grace,
+                deadline: self.body_timeout,
+            },
+            deadlines: Deadlines {
+                write_stall: self.write_stall_timeout,
+                idle: self.idle_timeout,
+                lifetime: self.max_connection_lifetime,
+            },
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! `listener:` how the client-facing sockets are set up (`crate::sockets` applies it).
+
+use edge_kit::config_file::FieldErrors;
+use serde::Deserialize;
+
+#[derive(Clone, Debug)]
+pub struct ListenerSettings {
+    pub backlog: i32,
+    pub tcp_fastopen_queue: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawListener {
+    /// Accept queue length (capped by `net.core.somaxconn`). Default 4096.
+    backlog: i32,
+    /// Pending TCP Fast Open requests the kernel keeps; 0 turns TFO off. Default 256.
+    tcp_fastopen_queue: u32,
+}
+
+impl Default for RawListener {
+    fn default() -> Self {
+        Self {
+            backlog: 4096,
+            tcp_fastopen_queue: 256,
+        }
+    }
+}
+
+impl RawListener {
+    pub(super) fn validate(self, errors: &mut FieldErrors) -> ListenerSettings {
+        if self.backlog <= 0 {
+            errors.add("listener.backlog", "must be positive");
+        }
+        ListenerSettings {
+            backlog: self.backlog,
+            tcp_fastopen_queue: self.tcp_fastopen_queue,
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The edge's YAML configuration, parsed once into typed [`Settings`]. Unknown keys are
+//! errors, and every error names the file and the field (`routes[2].secrets: …`).
+//!
+//! One module per section of the file; each holds its raw (as written) type, the
+//! defaults (documented on the fields, in one `impl Default` or one constant each) and
+//! the validation that turns it into the section's settings.
+
+mod admission;
+mod backhaul;
+mod connections;
+mod http;
+mod listener;
+mod routes;
+mod spool;
+mod tls;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use backhaul::{BackhaulSettings, ClientTls, HttpSinkSettings, NatsSettings, SinkSettings};
+pub use edge_kit::config_file::ConfigErrors;
+use edge_kit::config_file::FieldErrors;
+pub use http::HttpSettings;
+pub use listener::ListenerSettings;
+pub use routes::{EarlyDataPolicy, Route, default_priority};
+pub use spool::SpoolSettings;
+pub use tls::{Identity, SessionTickets, SniCert, TlsSettings, TlsVersion};
+
+use crate::admission::AdmissionSettings;
+
+/// Validated settings, ready to use.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub pop: String,
+    pub listen: Vec<SocketAddr>,
+    pub admin_listen: SocketAddr,
+    pub listener: ListenerSettings,
+    pub tls: TlsSettings,
+    pub spool: SpoolSettings,
+    pub http: HttpSettings,
+    pub connections: crate::conn_limits::Caps,
+    pub admission: AdmissionSettings,
+    pub drain_grace: Duration,
+    pub shutdown_timeout: Duration,
+    pub routes: Vec<Route>,
+    /// Where spooled events go; `None` keeps them in the spool only.
+    pub backhaul: Option<BackhaulSettings>,
+}
+
+pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
+    edge_kit::config_file::load(path, parse)
+}
+
+/// Parses and validates YAML text; errors are `(field path, message)` pairs.
+pub fn parse(text: &str) -> Result<Settings, Vec<(String, String)>> {
+    edge_kit::config_file::parse_yaml::<RawConfig>(text)?.validate()
+}
+
+/// The settings of `new` (a config file as YAML) that differ from `running` and change
+/// only at a restart: sockets, the spool, the backhaul, connection caps, session
+/// resumption and the per-connection HTTP limits. Routes, secrets, certificates, TLS
+/// versions, 0-RTT, body-rate and request limits change live.
+pub fn restart_only_changes(
+    running: &serde_yaml::Value,
+    new: &serde_yaml::Value,
+) -> Vec<&'static str> {
+    let at = |yaml: &serde_yaml::Value, path: &str| {
+        path.split('.')
+            .try_fold(yaml, |value, key| value.get(key))
+            .cloned()
+    };
+    RESTART_ONLY
+        .iter()
+        .copied()
+        .filter(|path| at(running, path) != at(new, path))
+        .collect()
+}
+
+const RESTART_ONLY: &[&str] = &[
+    "pop",
+    "listen",
+    "admin_listen",
+    "listener",
+    "spool",
+    "backhaul",
+    "connections",
+    "drain_grace",
+    "shutdown_timeout",
+    "tls.session_tickets",
+    "tls.session_cache",
+    "http.max_header_bytes",
+    "http.max_headers",
+    "http.header_timeout",
+    "http.h2_max_concurrent_streams",
+    "http.h2_keepalive_interval",
+    "http.h2_keepalive_timeout",
+    "http.write_stall_timeout",
+    "http.idle_timeout",
+    "http.max_connection_lifetime",
+];
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    pop: String,
+    listen: Vec<SocketAddr>,
+    admin_listen: SocketAddr,
+    #[serde(default)]
+    listener: listener::RawListener,
+    tls: tls::RawTls,
+    spool: spool::RawSpool,
+    #[serde(default)]
+    http: http::RawHttp,
+    #[serde(default)]
+    connections: connections::RawConnections,
+    #[serde(default)]
+    admission: admission::RawAdmission,
+    /// After SIGTERM, how long `/readyz` fails (so the route is withdrawn) while
+    /// requests are still served. Default [`DEFAULT_DRAIN_GRACE`].
+    #[serde(default, with = "humantime_serde")]
+    drain_grace: Option<Duration>,
+    /// Then, how long in-flight requests may take before connections are closed.
+    /// Default [`DEFAULT_SHUTDOWN_TIMEOUT`].
+    #[serde(default, with = "humantime_serde")]
+    shutdown_timeout: Option<Duration>,
+    routes: Vec<routes::RawRoute>,
+    backhaul: Option<backhaul::RawBackhaul>,
+}
+
+impl RawConfig {
+    fn validate(self) -> Result<Settings, Vec<(String, String)>> {
+        let mut errors = FieldErrors::default();
+        let pop_ok = !self.pop.is_empty()
+            && self.pop.len() <= 64
+            && self
+                .pop
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !pop_ok {
+            errors.add("pop", "must be 1-64 characters of [A-Za-z0-9-_.]");
+        }
+        if self.listen.is_empty() {
+            errors.add("listen", "must list at least one address");
+        }
+        let listener = self.listener.validate(&mut errors);
+        let tls = self.tls.validate(&mut errors);
+        let spool = self.spool.validate(&mut errors);
+        let http = self.http.validate(&mut errors);
+        let admission = self
+            .admission
+            .validate(&self.connections.trusted, &mut errors);
+        let connections = self.connections.validate(&mut errors);
+        let routes = routes::validate(self.routes, spool.segment_bytes, &mut errors);
+        let backhaul = self.backhaul.and_then(|raw| raw.validate(&mut errors));
+        errors.into_result(|| Settings {
+            pop: self.pop,
+            listen: self.listen,
+            admin_listen: self.admin_listen,
+            listener,
+            tls: tls.expect("a TLS identity when no error was found"),
+            spool,
+            http,
+            connections,
+            admission,
+            drain_grace: self.drain_grace.unwrap_or(DEFAULT_DRAIN_GRACE),
+            shutdown_timeout: self.shutdown_timeout.unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
+            routes,
+            backhaul,
+        })
+    }
+}
+
+const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(5);
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use ::http::StatusCode;
+
+    use super::*;
+    use crate::verify::Scheme;
+
+    const GOOD: &str = r#"
+pop: fra1
+listen: ["127.0.0.1:8443", "[::1]:8443"]
+admin_listen: 127.0.0.1:9180
+tls:
+  self_signed: true
+  min_version: "1.3"
+spool:
+  dir: /tmp/spool
+  max_bytes: 8GiB
+  segment_bytes: 64MiB
+  max_batch_delay: 1ms
+routes:
+  - path: /hooks/github
+    provider: github
+    secrets: ["s3cret", "old-s3cret"]
+    max_body: 1MiB
+  - path: /hooks/stripe
+    provider: stripe
+    secrets: ["whsec_abc"]
+    tolerance: 300s
+  - path: /hooks/shopify
+    provider: shopify
+    secrets: ["x"]
+  - path: /hooks/std
+    provider: standard
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+  - path: /hooks/custom
+    provider: hmac
+    secrets: ["k"]
+    hmac: { header: X-Signature, algorithm: sha512, encoding: base64, prefix: "sha512=" }
+"#;
+
+    fn errors_of(text: &str) -> Vec<(String, String)> {
+        parse(text).expect_err("config should be rejected")
+    }
+
+    #[test]
+    fn reload_reports_only_what_needs_a_restart() {
+        let yaml = |text: &str| serde_yaml::from_str::<serde_yaml::Value>(text).unwrap();
+        let running = yaml(GOOD);
+        let live = GOOD
+            .replace("\"old-s3cret\"", "\"new-s3cret\"")
+            .replace("min_version: \"1.3\"", "min_version: \"1.2\"")
+            .replace("max_body: 1MiB", "max_body: 2MiB");
+        assert!(restart_only_changes(&running, &yaml(&live)).is_empty());
+        let moved = GOOD
+            .replace("dir: /tmp/spool", "dir: /tmp/other")
+            .replace("127.0.0.1:9180", "127.0.0.1:9181")
+            .replace(
+                "min_version: \"1.3\"",
+                "min_version: \"1.3\"\n  session_cache: 10",
+            );
+        assert_eq!(
+            restart_only_changes(&running, &yaml(&moved)),
+            ["admin_listen", "spool", "tls.session_cache"]
+        );
+    }
+
+    #[test]
+    fn the_documented_shape_parses() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.pop, "fra1");
+        assert_eq!(s.listen.len(), 2);
+        assert_eq!(s.spool.max_bytes, 8 << 30);
+        assert_eq!(s.spool.segment_bytes, 64 << 20);
+        assert_eq!(s.spool.max_batch_delay, Duration::from_millis(1));
+        assert_eq!(s.tls.min_version, TlsVersion::Tls13);
+        assert_eq!(s.routes[0].max_body, 1 << 20);
+        assert_eq!(s.routes[0].name, "hooks_github");
+        assert_eq!(s.routes[0].ack_status, StatusCode::ACCEPTED);
+        assert_eq!(
+            s.routes[2].ack_status,
+            StatusCode::OK,
+            "shopify defaults to 200"
+        );
+        assert!(
+            matches!(s.routes[1].verifier.scheme(), Scheme::Stripe { tolerance } if tolerance.as_secs() == 300)
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_their_path() {
+        let text = GOOD.replace(
+            "    max_body: 1MiB",
+            "    max_body: 1MiB\n    max_bdy: 2MiB",
+        );
+        let errors = errors_of(&text);
+        assert_eq!(errors[0].0, "routes[0].max_bdy");
+        assert!(
+            errors[0].1.contains("unknown field `max_bdy`"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn semantic_errors_name_every_field() {
+        let text = GOOD
+            .replace(r#"secrets: ["whsec_abc"]"#, "secrets: []")
+            .replace(
+                r#"["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]"#,
+                r#"["not-whsec"]"#,
+            )
+            .replace("path: /hooks/shopify", "path: /hooks/github");
+        let fields: Vec<String> = errors_of(&text).into_iter().map(|(f, _)| f).collect();
+        assert!(
+            fields.contains(&"routes[1].secrets".to_owned()),
+            "{fields:?}"
+        );
+        assert!(
+            fields.contains(&"routes[3].secrets[0]".to_owned()),
+            "{fields:?}"
+        );
+        assert!(fields.contains(&"routes[2].path".to_owned()), "{fields:?}");
+    }
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let errors = errors_of(&GOOD.replace("max_bytes: 8GiB", "max_bytes: lots"));
+        assert_eq!(errors[0].0, "spool.max_bytes");
+        let errors = errors_of(&GOOD.replace("provider: shopify", "provider: paypal"));
+        assert_eq!(errors[0].0, "routes[2].provider");
+        let errors = errors_of(&GOOD.replace("max_batch_delay: 1ms", "max_batch_delay: soon"));
+        assert_eq!(errors[0].0, "spool.max_batch_delay");
+    }
+
+    #[test]
+    fn tls_identity_rules() {
+        let errors = errors_of(&GOOD.replace("  self_signed: true\n", ""));
+        assert_eq!(errors[0].0, "tls.cert");
+        let errors = errors_of(&GOOD.replace(
+            "  self_signed: true\n",
+            "  self_signed: true\n  cert: /a.pem\n",
+        ));
+        assert_eq!(errors[0].0, "tls.self_signed");
+    }
+
+    #[test]
+    fn early_data_is_off_by_default_and_never_with_shared_tickets() {
+        let s = parse(GOOD).unwrap();
+        assert_eq!(s.tls.early_data, None);
+        assert_eq!(s.routes[0].early_data, EarlyDataPolicy::Reject);
+
+        let on = GOOD
+            .replace(
+                "  min_version: \"1.3\"\n",
+                "  min_version: \"1.3\"\n  early_data: { enabled: true, max_bytes: 32KiB }\n",
+            )
+            .replace(
+                "    max_body: 1MiB\n",
+                "    max_body: 1MiB\n    early_data: accept\n",
+            );
+        let s = parse(&on).unwrap();
+        assert_eq!(s.tls.early_data, Some(32 * 1024));
+        assert_eq!(s.routes[0].early_data, EarlyDataPolicy::Accept);
+        assert_eq!(s.routes[1].early_data, EarlyDataPolicy::Reject);
+
+        let shared = on.replacen(
+            "  early_data:",
+            "  session_tickets: { mode: shared, key_file: /k }\n  early_data:",
+            1,
+        );
+        let errors = errors_of(&shared);
+        assert_eq!(errors[0].0, "tls.early_data.enabled");
+        assert!(errors[0].1.contains("single-use"), "{errors:?}");
+
+        let errors = errors_of(&on.replace("max_bytes: 32KiB", "max_bytes: 0B"));
+        assert_eq!(errors[0].0, "tls.early_data.max_bytes");
+        let errors = errors_of(&on.replace("early_data: accept", "early_data: maybe"));
+        assert_eq!(errors[0].0, "routes[0].early_data");
+    }
+
+    #[test]
+    fn hmac_block_rules_and_ack_status() {
+        let errors = errors_of(&GOOD.replace(
+            r#"    hmac: { header: X-Signature, algorithm: sha512, encoding: base64, prefix: "sha512=" }"#,
+            "",
+        ));
+        assert_eq!(errors[0].0, "routes[4].hmac");
+        let errors = errors_of(&GOOD.replace(
+            "    max_body: 1MiB",
+            "    max_body: 1MiB\n    ack_status: 302",
+        ));
+        assert_eq!(errors[0].0, "routes[0].ack_status");
+        let errors = errors_of(&GOOD.replace("max_body: 1MiB", "max_body: 64MiB"));
+        assert_eq!(errors[0].0, "routes[0].max_body");
+    }
+
+    #[test]
+    fn load_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edge.yaml");
+        std::fs::write(&path, GOOD.replace("pop: fra1", "pop: \"\"")).unwrap();
+        let message = load(&path).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("{}: pop: ", path.display())),
+            "{message}"
+        );
+    }
+}

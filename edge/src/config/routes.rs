@@ -1,0 +1,283 @@
+//! `routes:` one webhook endpoint each: its path, provider and secrets, its limits, what
+//! it does with 0-RTT, and its admission priority and rate limit.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use edge_kit::config_file::FieldErrors;
+use http::{HeaderName, StatusCode};
+use serde::Deserialize;
+
+use crate::admission::limiter::Priority;
+use crate::admission::rate_limit::Rate;
+use crate::verify::{self, Digest, Encoding, HmacSpec, Provider, Scheme, Verifier};
+
+/// One webhook endpoint.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// Label for metrics, logs and spool records.
+    pub name: String,
+    pub path: String,
+    pub provider: Provider,
+    pub verifier: Verifier,
+    pub id_header: Option<HeaderName>,
+    pub max_body: u64,
+    pub ack_status: StatusCode,
+    pub dedupe_window: usize,
+    pub early_data: EarlyDataPolicy,
+    /// Who is shed first under overload (by default from how the provider retries).
+    pub priority: Priority,
+    /// Per-source request rate (429 beyond it); `None`: no limit.
+    pub rate_limit: Option<Rate>,
+}
+
+/// What a route does with a request that arrived as replayable 0-RTT early data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EarlyDataPolicy {
+    /// 425 Too Early: the sender retries after the handshake.
+    #[default]
+    Reject,
+    /// Stored (marked early); the event id de-duplicates a replay.
+    Accept,
+}
+
+/// Priority by how a provider retries: GitHub does not redeliver, so its deliveries are
+/// shed last; Stripe, Shopify, Slack and Standard Webhooks senders retry for hours.
+pub fn default_priority(provider: Provider) -> Priority {
+    match provider {
+        Provider::Github => Priority::High,
+        _ => Priority::Default,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    path: String,
+    /// Default: the path without its first `/`, other `/` as `_`.
+    name: Option<String>,
+    provider: Provider,
+    /// Every secret is tried: rotate by adding the new one first.
+    secrets: Vec<String>,
+    /// Default 1MiB.
+    max_body: Option<ByteSize>,
+    /// Default 202 (200 for Shopify).
+    ack_status: Option<u16>,
+    /// Signed timestamps older or newer than this are refused. Default 300s.
+    #[serde(default, with = "humantime_serde")]
+    tolerance: Option<Duration>,
+    hmac: Option<RawHmac>,
+    /// Event ids remembered to acknowledge a redelivery without storing it again.
+    /// Default 65536.
+    dedupe_window: Option<usize>,
+    #[serde(default)]
+    early_data: EarlyDataPolicy,
+    /// Default by provider: [`default_priority`].
+    priority: Option<Priority>,
+    rate_limit: Option<RawRate>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRate {
+    per_second: f64,
+    burst: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHmac {
+    header: String,
+    /// Default sha256.
+    algorithm: Option<Digest>,
+    /// Default hex.
+    encoding: Option<Encoding>,
+    #[serde(default)]
+    prefix: String,
+    id_header: Option<String>,
+}
+
+/// Validates every route; paths and names must be unique.
+pub(super) fn validate(
+    raw: Vec<RawRoute>,
+    segment_bytes: u64,
+    errors: &mut FieldErrors,
+) -> Vec<Route> {
+    if raw.is_empty() {
+        errors.add("routes", "must list at least one route");
+    }
+    let mut paths = HashSet::new();
+    let mut names = HashSet::new();
+    let mut routes = Vec::new();
+    for (i, raw) in raw.into_iter().enumerate() {
+        let at = |field: &str| format!("routes[{i}].{field}");
+        if !paths.insert(raw.path.clone()) {
+            errors.add(at("path"), "duplicates an earlier route's path");
+        }
+        let name = raw
+            .name
+            .clone()
+            .unwrap_or_else(|| raw.path.trim_start_matches('/').replace('/', "_"));
+        if !names.insert(name.clone()) {
+            errors.add(at("name"), "duplicates an earlier route's name");
+        }
+        if let Some(route) = raw.validate(name, &at, segment_bytes, errors) {
+            routes.push(route);
+        }
+    }
+    routes
+}
+
+impl RawRoute {
+    fn validate(
+        self,
+        name: String,
+        at: &dyn Fn(&str) -> String,
+        segment_bytes: u64,
+        errors: &mut FieldErrors,
+    ) -> Option<Route> {
+        if !self.path.starts_with('/') || self.path.contains('?') {
+            errors.add(at("path"), "must start with / and have no query");
+        }
+        let keys = secret_keys(self.provider, &self.secrets, at, errors);
+        let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY).as_u64();
+        if max_body == 0 {
+            errors.add(at("max_body"), "must be greater than zero");
+        } else if max_body + MAX_RECORD_OVERHEAD > segment_bytes {
+            errors.add(
+                at("max_body"),
+                "must leave room for the record in one spool.segment_bytes",
+            );
+        }
+        let default_ack = if self.provider == Provider::Shopify {
+            200
+        } else {
+            202
+        };
+        let ack_status = match StatusCode::from_u16(self.ack_status.unwrap_or(default_ack)) {
+            Ok(status) if status.is_success() => status,
+            _ => {
+                errors.add(at("ack_status"), "must be a 2xx status");
+                StatusCode::ACCEPTED
+            }
+        };
+        let tolerance = self.tolerance.unwrap_or(DEFAULT_TOLERANCE);
+        if tolerance.is_zero() {
+            errors.add(at("tolerance"), "must be greater than zero");
+        }
+        let dedupe_window = self.dedupe_window.unwrap_or(DEFAULT_DEDUPE_WINDOW);
+        if dedupe_window == 0 {
+            errors.add(at("dedupe_window"), "must be positive");
+        }
+        let (scheme, id_header) = scheme(self.provider, self.hmac, tolerance, at, errors)?;
+        let rate_limit = self.rate_limit.map(|rate| {
+            if !(rate.per_second > 0.0 && rate.burst >= 1.0) {
+                errors.add(at("rate_limit"), "needs per_second > 0 and burst >= 1");
+            }
+            Rate {
+                per_second: rate.per_second,
+                burst: rate.burst,
+            }
+        });
+        Some(Route {
+            name,
+            path: self.path,
+            provider: self.provider,
+            verifier: Verifier::new(scheme, keys),
+            id_header,
+            max_body,
+            ack_status,
+            dedupe_window,
+            early_data: self.early_data,
+            priority: self
+                .priority
+                .unwrap_or_else(|| default_priority(self.provider)),
+            rate_limit,
+        })
+    }
+}
+
+/// The keys behind a route's secrets (Standard Webhooks secrets are `whsec_` + base64).
+fn secret_keys(
+    provider: Provider,
+    secrets: &[String],
+    at: &dyn Fn(&str) -> String,
+    errors: &mut FieldErrors,
+) -> Vec<Vec<u8>> {
+    if secrets.is_empty() {
+        errors.add(at("secrets"), "must not be empty");
+    }
+    let mut keys = Vec::new();
+    for (j, secret) in secrets.iter().enumerate() {
+        if secret.is_empty() {
+            errors.add(at(&format!("secrets[{j}]")), "must not be empty");
+        } else if provider == Provider::Standard {
+            match verify::decode_standard_secret(secret) {
+                Some(key) => keys.push(key),
+                None => errors.add(
+                    at(&format!("secrets[{j}]")),
+                    "must be whsec_ followed by base64",
+                ),
+            }
+        } else {
+            keys.push(secret.as_bytes().to_vec());
+        }
+    }
+    keys
+}
+
+/// The signature scheme, and the event-id header of a generic HMAC route. `None` when
+/// the `hmac` block is missing or misplaced (an error was added).
+fn scheme(
+    provider: Provider,
+    hmac: Option<RawHmac>,
+    tolerance: Duration,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut FieldErrors,
+) -> Option<(Scheme, Option<HeaderName>)> {
+    let scheme = match (provider, hmac) {
+        (Provider::Hmac, Some(hmac)) => {
+            let header = HeaderName::from_bytes(hmac.header.as_bytes()).unwrap_or_else(|_| {
+                errors.add(at("hmac.header"), "is not a valid header name");
+                HeaderName::from_static("invalid")
+            });
+            let id_header = hmac.id_header.and_then(|name| {
+                HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| errors.add(at("hmac.id_header"), "is not a valid header name"))
+                    .ok()
+            });
+            let spec = HmacSpec {
+                header,
+                digest: hmac.algorithm.unwrap_or(Digest::Sha256),
+                encoding: hmac.encoding.unwrap_or(Encoding::Hex),
+                prefix: hmac.prefix,
+            };
+            return Some((Scheme::Hmac(spec), id_header));
+        }
+        (Provider::Hmac, None) => {
+            errors.add(
+                at("hmac"),
+                "required when provider is hmac (header, algorithm, encoding, prefix)",
+            );
+            return None;
+        }
+        (_, Some(_)) => {
+            errors.add(at("hmac"), "only allowed when provider is hmac");
+            return None;
+        }
+        (Provider::Github, None) => Scheme::Github,
+        (Provider::Shopify, None) => Scheme::Shopify,
+        (Provider::Stripe, None) => Scheme::Stripe { tolerance },
+        (Provider::Slack, None) => Scheme::Slack { tolerance },
+        (Provider::Standard, None) => Scheme::Standard { tolerance },
+    };
+    Some((scheme, None))
+}
+
+const DEFAULT_MAX_BODY: ByteSize = ByteSize::mib(1);
+const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+const DEFAULT_DEDUPE_WINDOW: usize = 65_536;
+/// Room a spool record needs beyond its body (ids, headers, framing).
+const MAX_RECORD_OVERHEAD: u64 = 64 * 1024;

@@ -1,0 +1,81 @@
+//! `spool:` where and how events are stored before they are acknowledged.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use edge_kit::config_file::FieldErrors;
+use serde::Deserialize;
+
+#[derive(Clone, Debug)]
+pub struct SpoolSettings {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+    pub segment_bytes: u64,
+    pub max_batch_delay: Duration,
+    /// Fraction of `max_bytes` above which `/readyz` fails.
+    pub high_water: f64,
+    /// Testing only: a pause after each fsync, to rehearse a slow disk.
+    pub sync_delay: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawSpool {
+    /// Required: the spool's directory, on a filesystem of its own.
+    dir: Option<PathBuf>,
+    /// Past this, appends are refused with 503. Default 8GiB.
+    max_bytes: ByteSize,
+    /// Size of one segment file (a record never spans two). Default 64MiB.
+    segment_bytes: ByteSize,
+    /// Longest an append waits for others to share its fsync. Default 1ms.
+    #[serde(with = "humantime_serde")]
+    max_batch_delay: Duration,
+    /// Fraction of `max_bytes` above which `/readyz` fails (the PoP withdraws).
+    /// Default 0.9.
+    high_water: f64,
+    /// Testing only: a pause after each fsync. Default 0.
+    #[serde(with = "humantime_serde")]
+    sync_delay: Duration,
+}
+
+impl Default for RawSpool {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            max_bytes: ByteSize::gib(8),
+            segment_bytes: ByteSize::mib(64),
+            max_batch_delay: Duration::from_millis(1),
+            high_water: 0.9,
+            sync_delay: Duration::ZERO,
+        }
+    }
+}
+
+impl RawSpool {
+    pub(super) fn validate(self, errors: &mut FieldErrors) -> SpoolSettings {
+        if self.dir.is_none() {
+            errors.add("spool.dir", "required");
+        }
+        if self.segment_bytes.as_u64() < 1 << 20 {
+            errors.add("spool.segment_bytes", "must be at least 1MiB");
+        }
+        if self.max_bytes.as_u64() < 2 * self.segment_bytes.as_u64() {
+            errors.add(
+                "spool.max_bytes",
+                "must be at least twice spool.segment_bytes",
+            );
+        }
+        if !(0.1..=1.0).contains(&self.high_water) {
+            errors.add("spool.high_water", "must be a fraction between 0.1 and 1.0");
+        }
+        SpoolSettings {
+            dir: self.dir.unwrap_or_default(),
+            max_bytes: self.max_bytes.as_u64(),
+            segment_bytes: self.segment_bytes.as_u64(),
+            max_batch_delay: self.max_batch_delay,
+            high_water: self.high_water,
+            sync_delay: self.sync_delay,
+        }
+    }
+}
