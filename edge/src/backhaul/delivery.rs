@@ -1,7 +1,7 @@
 //! The delivery loop: spool → sink, in order, with bounded concurrency, and a checkpoint
 //! that only ever covers what the origin confirmed.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -9,13 +9,14 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
 
+use super::ack_window::AckWindow;
 use super::breaker::{Breaker, Permit, State};
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, unit_random};
 use super::{DeliveryError, Sink, dead_letter};
 use crate::config::BackhaulSettings;
-use crate::spool::Spool;
 use crate::spool::record::Record;
+use crate::spool::{Spool, SpoolReader};
 
 /// Runs until `stop` turns true; writes a last checkpoint before returning.
 pub async fn run(
@@ -26,51 +27,22 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut reader = Some(spool.reader());
-    let mut confirmed = reader.as_ref().expect("reader").next_seq() - 1;
-    let mut checkpointed = confirmed;
-    let mut done = BTreeSet::new();
-    let mut outstanding: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut window = AckWindow::new(reader.as_ref().expect("reader").next_seq() - 1);
     let mut pending = VecDeque::new();
     let mut deliveries = FuturesUnordered::new();
-    let origin_back = sink.origin_back();
-    let shared = Arc::new(DeliveryContext {
+    let shared = Arc::new(DeliveryContext::new(
+        &spool,
         sink,
-        breaker: Mutex::new(Breaker::new(
-            settings.breaker_failures,
-            settings.breaker_open_for,
-        )),
-        backoff: Backoff {
-            base: settings.retry_base,
-            max: settings.retry_max,
-        },
-        metrics: metrics.clone(),
-        spool_dir: spool.dir().to_owned(),
-        origin_back,
-    });
+        &settings,
+        metrics.clone(),
+    ));
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if pending.is_empty() && deliveries.len() < settings.max_in_flight {
-            let mut taken = reader.take().expect("reader");
-            let (returned, batch) = tokio::task::spawn_blocking(move || {
-                let batch = taken.read_batch(READ_BATCH);
-                (taken, batch)
-            })
-            .await
-            .expect("spool reader task");
-            reader = Some(returned);
-            match batch {
-                Ok(records) => {
-                    for record in records {
-                        outstanding.insert(record.seq, record.received_ms);
-                        pending.push_back(record);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "backhaul cannot read the spool; retrying");
-                    metrics.retry("spool_read");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
+            for record in read_batch(&mut reader, &metrics).await {
+                window.read(record.seq, record.received_ms);
+                pending.push_back(record);
             }
         }
         while deliveries.len() < settings.max_in_flight
@@ -80,39 +52,24 @@ pub async fn run(
         }
         metrics
             .lag_records
-            .set(spool.durable_seq().saturating_sub(confirmed) as i64);
+            .set(window.lag(spool.durable_seq()) as i64);
         metrics.lag_bytes.set(spool.unconfirmed_bytes() as i64);
-        let oldest = outstanding
-            .first_key_value()
-            .map_or(0, |(_, received_ms)| now_ms().saturating_sub(*received_ms));
-        metrics.oldest_undelivered_seconds.set(oldest as f64 / 1e3);
+        metrics
+            .oldest_undelivered_seconds
+            .set(window.oldest_age_ms(now_ms()) as f64 / 1e3);
 
         let read_up_to = reader.as_ref().expect("reader").next_seq() - 1;
         let want_more = pending.is_empty() && deliveries.len() < settings.max_in_flight;
         tokio::select! {
             Some(seq) = deliveries.next() => {
                 // Take every delivery that has finished, not one per loop turn.
-                let mut finished = vec![seq];
+                window.finished(seq);
                 while let Some(Some(seq)) = deliveries.next().now_or_never() {
-                    finished.push(seq);
-                }
-                for seq in finished {
-                    outstanding.remove(&seq);
-                    done.insert(seq);
-                }
-                while done.remove(&(confirmed + 1)) {
-                    confirmed += 1;
+                    window.finished(seq);
                 }
             }
             _ = spool.wait_durable_after(read_up_to), if want_more => {}
-            _ = tick.tick() => {
-                if confirmed > checkpointed {
-                    match spool.advance_checkpoint(confirmed).await {
-                        Ok(()) => checkpointed = confirmed,
-                        Err(e) => tracing::error!(error = %e, "backhaul cannot write the checkpoint"),
-                    }
-                }
-            }
+            _ = tick.tick() => checkpoint(&spool, &mut window).await,
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
                     break;
@@ -120,12 +77,41 @@ pub async fn run(
             }
         }
     }
-    if confirmed > checkpointed
-        && let Err(e) = spool.advance_checkpoint(confirmed).await
-    {
-        tracing::error!(error = %e, "backhaul cannot write the last checkpoint");
+    checkpoint(&spool, &mut window).await;
+    tracing::info!(checkpoint = window.confirmed(), "backhaul stopped");
+}
+
+/// Reads the next records off the spool (on the blocking pool: it reads files); on an
+/// error, logs, counts and pauses, and returns nothing.
+async fn read_batch(reader: &mut Option<SpoolReader>, metrics: &BackhaulMetrics) -> Vec<Record> {
+    let mut taken = reader.take().expect("reader");
+    let (returned, batch) = tokio::task::spawn_blocking(move || {
+        let batch = taken.read_batch(READ_BATCH);
+        (taken, batch)
+    })
+    .await
+    .expect("spool reader task");
+    *reader = Some(returned);
+    match batch {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::error!(error = %e, "backhaul cannot read the spool; retrying");
+            metrics.retry("spool_read");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Vec::new()
+        }
     }
-    tracing::info!(checkpoint = confirmed, "backhaul stopped");
+}
+
+/// Moves the checkpoint up to what the origin confirmed, if it is behind.
+async fn checkpoint(spool: &Spool, window: &mut AckWindow) {
+    let Some(seq) = window.checkpoint_due() else {
+        return;
+    };
+    match spool.advance_checkpoint(seq).await {
+        Ok(()) => window.checkpointed(seq),
+        Err(e) => tracing::error!(error = %e, "backhaul cannot write the checkpoint"),
+    }
 }
 
 struct DeliveryContext {
@@ -139,6 +125,28 @@ struct DeliveryContext {
 }
 
 impl DeliveryContext {
+    fn new(
+        spool: &Spool,
+        sink: Arc<Sink>,
+        settings: &BackhaulSettings,
+        metrics: BackhaulMetrics,
+    ) -> Self {
+        Self {
+            origin_back: sink.origin_back(),
+            sink,
+            breaker: Mutex::new(Breaker::new(
+                settings.breaker_failures,
+                settings.breaker_open_for,
+            )),
+            backoff: Backoff {
+                base: settings.retry_base,
+                max: settings.retry_max,
+            },
+            metrics,
+            spool_dir: spool.dir().to_owned(),
+        }
+    }
+
     /// Delivers one record until the origin has it (or keeps it as a dead letter);
     /// returns its sequence number.
     async fn deliver(self: Arc<Self>, record: Record) -> u64 {

@@ -5,6 +5,7 @@
 //! At-least-once: after a crash the unacknowledged tail is sent again, and the event id
 //! travels with each message so the origin drops the duplicates.
 
+mod ack_window;
 mod breaker;
 mod dead_letter;
 mod delivery;
