@@ -1,0 +1,414 @@
+//! `bgp-agent run`: every round, run the checks, feed the hysteresis, consult the peer
+//! guard before a health withdraw, and make the speaker carry the decision. Serves
+//! `/status` (JSON) and `/metrics` on the admin listener. SIGHUP re-reads the config:
+//! checks, timers and the guard change live; an invalid file is refused and the running
+//! config kept.
+
+mod round;
+
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::checks::{self, Outcome};
+use crate::config::{CheckClass, Config};
+use crate::guard;
+use crate::hysteresis::{Change, Route, Why};
+use crate::metrics::{
+    ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, ReloadLabel, SpeakerLabel,
+};
+use crate::speaker::Speaker;
+use round::Agent;
+
+/// What `bgp-agent status` and the peer guard read.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Status {
+    pub pop: String,
+    pub route: Route,
+    pub why: Why,
+    pub penalty: f64,
+    pub suppressed: bool,
+    pub drained: bool,
+    pub transitions: u64,
+    pub speaker: &'static str,
+    pub last_change_unix_ms: Option<u64>,
+    pub last_speaker_error: Option<String>,
+    pub checks: Vec<Outcome>,
+}
+
+pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new(&config.pop));
+    std::fs::create_dir_all(&config.state_dir)
+        .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+    let speaker = Speaker::new(&config.speaker, config.prefixes.clone());
+    let status = Arc::new(Mutex::new(Status::starting(&config.pop, speaker.kind())));
+    let admin = tokio::net::TcpListener::bind(config.admin_listen)
+        .await
+        .with_context(|| format!("admin_listen {}", config.admin_listen))?;
+    tokio::spawn(serve_admin(
+        admin,
+        Arc::clone(&status),
+        Arc::clone(&metrics),
+    ));
+
+    // Start withdrawn and make the daemon agree: a predecessor that died may have left
+    // the prefix announced.
+    let mut announcer = Announcer {
+        speaker,
+        applied: None,
+        metrics: Arc::clone(&metrics),
+        status: Arc::clone(&status),
+        prefixes: config.prefixes.clone(),
+    };
+    announcer.carry(Route::Withdrawn).await;
+
+    let mut agent = Agent::new(config.policy(), config.guard.is_some());
+    let mut checks = CheckRunner::new(config.checks.len());
+    let origin = Instant::now();
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    tracing::info!(prefixes = ?config.prefixes, speaker = announcer.speaker.kind(), "bgp-agent started withdrawn");
+    loop {
+        let pending = agent.machine().change_pending();
+        let outcomes = checks.run_due(&config, pending, &metrics).await;
+        let now = origin.elapsed();
+        let mut round = agent.round(
+            now,
+            checks::local_health(&outcomes),
+            config.drain_flag().exists(),
+        );
+        if round.drain_changed {
+            tracing::warn!(drained = agent.drained(), "drain flag changed");
+        }
+        if round.ask_guard
+            && let Some(guard) = &config.guard
+            && !guard_allows(guard, &metrics).await
+        {
+            agent.veto();
+            round.change = None;
+        }
+        if let Some(change) = round.change {
+            record_change(change, &agent, now, &metrics, &status);
+        }
+        announcer.carry(agent.route()).await;
+        publish(&agent, now, outcomes, &metrics, &status);
+
+        let pause = if agent.machine().change_pending() {
+            config.fast_interval
+        } else {
+            config.interval
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            _ = hangup.recv() => {
+                if let Some(reloaded) = reload(&path, &config, &metrics) {
+                    config = reloaded;
+                    agent.reconfigure(config.policy(), config.guard.is_some());
+                    checks = CheckRunner::new(config.checks.len());
+                }
+            }
+        }
+    }
+    if config.withdraw_on_exit {
+        tracing::info!("withdrawing before exit");
+        announcer.carry(Route::Withdrawn).await;
+    }
+    tracing::info!("bgp-agent stopped");
+    Ok(())
+}
+
+impl Status {
+    fn starting(pop: &str, speaker: &'static str) -> Self {
+        Status {
+            pop: pop.to_owned(),
+            route: Route::Withdrawn,
+            why: Why::Starting,
+            penalty: 0.0,
+            suppressed: false,
+            drained: false,
+            transitions: 0,
+            speaker,
+            last_change_unix_ms: None,
+            last_speaker_error: None,
+            checks: Vec::new(),
+        }
+    }
+}
+
+/// Asks the peer guard whether a health withdraw may go ahead; logs and counts a veto.
+async fn guard_allows(guard: &crate::config::GuardConfig, metrics: &Metrics) -> bool {
+    let (allowed, announcing) = guard::allows_withdraw(guard).await;
+    if !allowed {
+        metrics.guard_blocked.inc();
+        tracing::error!(
+            announcing,
+            minimum = guard.min_other_pops_announcing,
+            "GUARD: local checks fail but too few other PoPs announce; staying announced"
+        );
+    }
+    allowed
+}
+
+fn record_change(
+    change: Change,
+    agent: &Agent,
+    now: std::time::Duration,
+    metrics: &Metrics,
+    status: &Mutex<Status>,
+) {
+    let label = if change == Change::Announce {
+        "announce"
+    } else {
+        "withdraw"
+    };
+    metrics
+        .transitions
+        .get_or_create(&ChangeLabel { change: label })
+        .inc();
+    tracing::info!(change = label, why = ?agent.why(), penalty = agent.machine().penalty(now), "route change");
+    status.lock().expect("status lock").last_change_unix_ms = Some(unix_ms());
+}
+
+/// The round's result for `/status` and `/metrics`.
+fn publish(
+    agent: &Agent,
+    now: std::time::Duration,
+    outcomes: Vec<Outcome>,
+    metrics: &Metrics,
+    status: &Mutex<Status>,
+) {
+    let machine = agent.machine();
+    {
+        let mut s = status.lock().expect("status lock");
+        s.route = machine.route();
+        s.why = machine.why();
+        s.penalty = machine.penalty(now);
+        s.suppressed = machine.suppressed();
+        s.drained = agent.drained();
+        s.transitions = machine.transitions();
+        s.checks = outcomes;
+    }
+    metrics.penalty.set(machine.penalty(now));
+    metrics.suppressed.set(machine.suppressed() as i64);
+    metrics.drained.set(agent.drained() as i64);
+}
+
+/// Re-reads the config file: `Some` new config to run with (restart-only fields kept
+/// as they run), or `None` when the file is invalid. Logged and counted either way.
+fn reload(path: &Path, running: &Config, metrics: &Metrics) -> Option<Config> {
+    let result = |result| ReloadLabel { result };
+    match Config::load(path) {
+        Ok(mut new) => {
+            let needs_restart = new.needs_restart(running);
+            if !needs_restart.is_empty() {
+                tracing::warn!(
+                    fields = ?needs_restart,
+                    "config reload: these fields change only at a restart; running with their old values"
+                );
+            }
+            new.pop = running.pop.clone();
+            new.prefixes = running.prefixes.clone();
+            new.state_dir = running.state_dir.clone();
+            new.admin_listen = running.admin_listen;
+            new.speaker = running.speaker.clone();
+            metrics.config_reloads.get_or_create(&result("ok")).inc();
+            tracing::info!(
+                checks = new.checks.len(),
+                interval_ms = new.interval.as_millis() as u64,
+                rise = new.rise,
+                fall = new.fall,
+                "config reloaded"
+            );
+            Some(new)
+        }
+        Err(errors) => {
+            metrics
+                .config_reloads
+                .get_or_create(&result("failed"))
+                .inc();
+            tracing::error!("config reload refused; keeping the running config:\n{errors}");
+            None
+        }
+    }
+}
+
+/// Makes the speaker carry the route the agent decided, once; a failure is retried at
+/// the next round's `carry`.
+struct Announcer {
+    speaker: Speaker,
+    /// What the speaker last confirmed.
+    applied: Option<Route>,
+    metrics: Arc<Metrics>,
+    status: Arc<Mutex<Status>>,
+    prefixes: Vec<ipnet::IpNet>,
+}
+
+impl Announcer {
+    async fn carry(&mut self, route: Route) {
+        if self.applied == Some(route) {
+            return;
+        }
+        let started = Instant::now();
+        let label = SpeakerLabel {
+            speaker: self.speaker.kind(),
+        };
+        match self.speaker.apply(route).await {
+            Ok(()) => {
+                self.metrics
+                    .speaker_seconds
+                    .get_or_create(&label)
+                    .observe(started.elapsed().as_secs_f64());
+                self.applied = Some(route);
+                for prefix in &self.prefixes {
+                    self.metrics
+                        .announced
+                        .get_or_create(&PrefixLabel {
+                            prefix: prefix.to_string(),
+                        })
+                        .set((route == Route::Announced) as i64);
+                }
+                self.status.lock().expect("status lock").last_speaker_error = None;
+                tracing::info!(
+                    ?route,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "speaker confirmed"
+                );
+            }
+            Err(e) => {
+                self.metrics.speaker_errors.get_or_create(&label).inc();
+                tracing::error!(?route, error = %format!("{e:#}"), "speaker failed; retrying next round");
+                self.status.lock().expect("status lock").last_speaker_error =
+                    Some(format!("{e:#}"));
+            }
+        }
+    }
+}
+
+/// Runs the checks on their own intervals and logs each one's changes.
+struct CheckRunner {
+    last_runs: Vec<Option<(Instant, Outcome)>>,
+}
+
+impl CheckRunner {
+    fn new(checks: usize) -> Self {
+        Self {
+            last_runs: vec![None; checks],
+        }
+    }
+
+    /// Runs the checks that are due (all of them while a change is pending)
+    /// concurrently, and returns the latest outcome of every check.
+    async fn run_due(&mut self, config: &Config, pending: bool, metrics: &Metrics) -> Vec<Outcome> {
+        let now = Instant::now();
+        let due: Vec<usize> = (0..config.checks.len())
+            .filter(|&i| match &self.last_runs[i] {
+                None => true,
+                Some((at, _)) => {
+                    pending
+                        || now.duration_since(*at)
+                            >= config.checks[i].interval.unwrap_or(config.interval)
+                }
+            })
+            .collect();
+        let fresh =
+            futures::future::join_all(due.iter().map(|&i| checks::run(&config.checks[i]))).await;
+        for (i, outcome) in due.into_iter().zip(fresh) {
+            record_check(metrics, &outcome);
+            let previous = self.last_runs[i].as_ref().map(|(_, last)| last.ok);
+            if previous != Some(outcome.ok) {
+                tracing::info!(check = %outcome.name, class = ?outcome.class, ok = outcome.ok, detail = %outcome.detail, "check changed");
+            }
+            self.last_runs[i] = Some((now, outcome));
+        }
+        self.last_runs
+            .iter()
+            .map(|run| run.as_ref().expect("every check ran once").1.clone())
+            .collect()
+    }
+}
+
+fn record_check(metrics: &Metrics, outcome: &Outcome) {
+    let class = if outcome.class == CheckClass::Local {
+        "local"
+    } else {
+        "shared"
+    };
+    let result = if outcome.ok { "ok" } else { "fail" };
+    metrics
+        .check_results
+        .get_or_create(&CheckResultLabel {
+            check: outcome.name.clone(),
+            class,
+            result,
+        })
+        .inc();
+    metrics
+        .check_seconds
+        .get_or_create(&CheckLabel {
+            check: outcome.name.clone(),
+            class,
+        })
+        .observe(outcome.duration_ms / 1e3);
+}
+
+async fn serve_admin(
+    listener: tokio::net::TcpListener,
+    status: Arc<Mutex<Status>>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (status, metrics) = (Arc::clone(&status), Arc::clone(&metrics));
+        tokio::spawn(async move {
+            let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let (status_code, content_type, body) = match request.uri().path() {
+                    "/status" => (
+                        http::StatusCode::OK,
+                        "application/json",
+                        serde_json::to_string_pretty(&*status.lock().expect("status lock"))
+                            .unwrap_or_default(),
+                    ),
+                    "/metrics" => (
+                        http::StatusCode::OK,
+                        "text/plain; version=0.0.4",
+                        metrics.encode(),
+                    ),
+                    _ => (
+                        http::StatusCode::NOT_FOUND,
+                        "text/plain",
+                        "bgp-agent: /status /metrics\n".to_owned(),
+                    ),
+                };
+                let response = http::Response::builder()
+                    .status(status_code)
+                    .header(http::header::CONTENT_TYPE, content_type)
+                    .body(Full::new(Bytes::from(body)))
+                    .expect("static response parts");
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
