@@ -53,14 +53,7 @@ enum Command {
 
 fn main() -> ExitCode {
     // stdout belongs to ExaBGP's process API: logs go to stderr.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    edge_kit::logging::init();
     bgp_agent::exit_on_panic();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -1,5 +1,6 @@
 //! Prometheus metrics of the agent; every series carries the `pop` label.
 
+use edge_kit::metrics::ResultLabel;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -35,11 +36,6 @@ pub struct SpeakerLabel {
     pub speaker: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabel {
-    pub result: &'static str,
-}
-
 pub struct Metrics {
     registry: Registry,
     pub announced: Family<PrefixLabel, Gauge>,
@@ -52,7 +48,7 @@ pub struct Metrics {
     pub guard_blocked: Counter,
     pub speaker_seconds: Family<SpeakerLabel, Histogram>,
     pub speaker_errors: Family<SpeakerLabel, Counter>,
-    pub config_reloads: Family<ReloadLabel, Counter>,
+    pub config_reloads: Family<ResultLabel, Counter>,
 }
 
 impl Metrics {
@@ -130,9 +126,6 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String cannot fail");
-        out
+        edge_kit::metrics::encode(&self.registry)
     }
 }

@@ -2,16 +2,11 @@
 //! process is alive), `/readyz` (this PoP can accept and store events: the BGP agent
 //! withdraws the prefix when it fails) and `/metrics`.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use edge_kit::admin::Answer;
+use http::StatusCode;
 use tokio::net::TcpListener;
 
 use crate::metrics::Metrics;
@@ -31,42 +26,24 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// Serves `/healthz`, `/readyz` and `/metrics` for the life of the process.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            };
-            let admin = Arc::clone(&self);
-            tokio::spawn(async move {
-                let service = service_fn(move |request| {
-                    let admin = Arc::clone(&admin);
-                    async move { Ok::<_, Infallible>(admin.answer(&request)) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+        edge_kit::admin::serve(listener, move |path| self.answer(path)).await;
     }
 
-    fn answer(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-        match request.uri().path() {
-            "/healthz" => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+    fn answer(&self, path: &str) -> Answer {
+        match path {
+            "/healthz" => Answer::new(StatusCode::OK, "text/plain", "ok\n"),
             "/readyz" => match self.unready_reason() {
-                None => text(StatusCode::OK, "ready\n".into(), "text/plain"),
-                Some(reason) => text(
+                None => Answer::new(StatusCode::OK, "text/plain", "ready\n"),
+                Some(reason) => Answer::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not ready: {reason}\n"),
                     "text/plain",
+                    format!("not ready: {reason}\n"),
                 ),
             },
-            "/metrics" => text(
-                StatusCode::OK,
-                self.metrics.encode(),
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            ),
-            _ => text(StatusCode::NOT_FOUND, "not found\n".into(), "text/plain"),
+            "/metrics" => Answer::openmetrics(self.metrics.encode()),
+            _ => Answer::not_found("/healthz /readyz /metrics"),
         }
     }
 
@@ -79,13 +56,4 @@ impl Admin {
             self.spool.unready_reason()
         }
     }
-}
-
-fn text(status: StatusCode, body: String, content_type: &'static str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
 }

@@ -2,7 +2,6 @@
 //! bodies) go through a throttle; the metrics count every event.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lets a log line through at most once a second.
 #[derive(Debug, Default)]
@@ -12,10 +11,7 @@ pub struct LogThrottle {
 
 impl LogThrottle {
     pub fn allow(&self) -> bool {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+        let now = edge_kit::clock::unix_ms() / 1000;
         self.last_second.swap(now, Ordering::Relaxed) != now
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use tokio::signal::unix::{SignalKind, signal};
+use edge_kit::signals::{Signal, Signals};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -144,11 +144,10 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     readiness.listening.store(true, Ordering::Release);
     tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, "edge ready");
 
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let grace = tokio::select! {
-        _ = terminate.recv() => settings.drain_grace,
-        _ = interrupt.recv() => Duration::ZERO,
+    let mut signals = Signals::new()?;
+    let grace = match signals.shutdown().await {
+        Signal::Terminate => settings.drain_grace,
+        _ => Duration::ZERO,
     };
     readiness.draining.store(true, Ordering::Release);
     tracing::info!(

@@ -6,24 +6,21 @@
 
 mod round;
 
-use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::Context;
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::signal::unix::{SignalKind, signal};
+use edge_kit::admin::Answer;
+use edge_kit::metrics::ResultLabel;
+use edge_kit::signals::{Signal, Signals};
 
 use crate::checks::{self, Outcome};
 use crate::config::{CheckClass, Config};
 use crate::guard;
 use crate::hysteresis::{Change, Route, Why};
 use crate::metrics::{
-    ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, ReloadLabel, SpeakerLabel,
+    ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, SpeakerLabel,
 };
 use crate::speaker::Speaker;
 use round::Agent;
@@ -73,9 +70,7 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
     let mut agent = Agent::new(config.policy(), config.guard.is_some());
     let mut checks = CheckRunner::new(config.checks.len());
     let origin = Instant::now();
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut hangup = signal(SignalKind::hangup())?;
+    let mut signals = Signals::new()?;
     tracing::info!(prefixes = ?config.prefixes, speaker = announcer.speaker.kind(), "bgp-agent started withdrawn");
     loop {
         let pending = agent.machine().change_pending();
@@ -107,17 +102,17 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         } else {
             config.interval
         };
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = terminate.recv() => break,
-            _ = interrupt.recv() => break,
-            _ = hangup.recv() => {
-                if let Some(reloaded) = reload(&path, &config, &metrics) {
-                    config = reloaded;
-                    agent.reconfigure(config.policy(), config.guard.is_some());
-                    checks = CheckRunner::new(config.checks.len());
-                }
-            }
+        let signal = tokio::select! {
+            _ = tokio::time::sleep(pause) => continue,
+            signal = signals.next() => signal,
+        };
+        if signal != Signal::Hangup {
+            break;
+        }
+        if let Some(reloaded) = reload(&path, &config, &metrics) {
+            config = reloaded;
+            agent.reconfigure(config.policy(), config.guard.is_some());
+            checks = CheckRunner::new(config.checks.len());
         }
     }
     if config.withdraw_on_exit {
@@ -177,7 +172,7 @@ fn record_change(
         .get_or_create(&ChangeLabel { change: label })
         .inc();
     tracing::info!(change = label, why = ?agent.why(), penalty = agent.machine().penalty(now), "route change");
-    status.lock().expect("status lock").last_change_unix_ms = Some(unix_ms());
+    status.lock().expect("status lock").last_change_unix_ms = Some(edge_kit::clock::unix_ms());
 }
 
 /// The round's result for `/status` and `/metrics`.
@@ -207,7 +202,7 @@ fn publish(
 /// Re-reads the config file: `Some` new config to run with (restart-only fields kept
 /// as they run), or `None` when the file is invalid. Logged and counted either way.
 fn reload(path: &Path, running: &Config, metrics: &Metrics) -> Option<Config> {
-    let result = |result| ReloadLabel { result };
+    let result = |result| ResultLabel { result };
     match Config::load(path) {
         Ok(mut new) => {
             let needs_restart = new.needs_restart(running);
@@ -362,53 +357,20 @@ fn record_check(metrics: &Metrics, outcome: &Outcome) {
         .observe(outcome.duration_ms / 1e3);
 }
 
+/// `/status` (JSON) and `/metrics` for the life of the process.
 async fn serve_admin(
     listener: tokio::net::TcpListener,
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
 ) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let (status, metrics) = (Arc::clone(&status), Arc::clone(&metrics));
-        tokio::spawn(async move {
-            let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                let (status_code, content_type, body) = match request.uri().path() {
-                    "/status" => (
-                        http::StatusCode::OK,
-                        "application/json",
-                        serde_json::to_string_pretty(&*status.lock().expect("status lock"))
-                            .unwrap_or_default(),
-                    ),
-                    "/metrics" => (
-                        http::StatusCode::OK,
-                        "text/plain; version=0.0.4",
-                        metrics.encode(),
-                    ),
-                    _ => (
-                        http::StatusCode::NOT_FOUND,
-                        "text/plain",
-                        "bgp-agent: /status /metrics\n".to_owned(),
-                    ),
-                };
-                let response = http::Response::builder()
-                    .status(status_code)
-                    .header(http::header::CONTENT_TYPE, content_type)
-                    .body(Full::new(Bytes::from(body)))
-                    .expect("static response parts");
-                async move { Ok::<_, Infallible>(response) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
+    edge_kit::admin::serve(listener, move |path| match path {
+        "/status" => Answer::new(
+            http::StatusCode::OK,
+            "application/json",
+            serde_json::to_string_pretty(&*status.lock().expect("status lock")).unwrap_or_default(),
+        ),
+        "/metrics" => Answer::openmetrics(metrics.encode()),
+        _ => Answer::not_found("/status /metrics"),
+    })
+    .await;
 }

@@ -1,5 +1,9 @@
 //! The pieces every binary of the appliance (`edge`, `bgp-agent`, `edge-xdp`) needs
 //! the same way. Kept small: one module per concern.
 
+pub mod admin;
+pub mod clock;
 pub mod config_file;
+pub mod logging;
 pub mod metrics;
+pub mod signals;

@@ -3,8 +3,9 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use edge_kit::clock::unix_ms;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::watch;
@@ -56,7 +57,7 @@ pub async fn run(
         metrics.lag_bytes.set(spool.unconfirmed_bytes() as i64);
         metrics
             .oldest_undelivered_seconds
-            .set(window.oldest_age_ms(now_ms()) as f64 / 1e3);
+            .set(window.oldest_age_ms(unix_ms()) as f64 / 1e3);
 
         let read_up_to = reader.as_ref().expect("reader").next_seq() - 1;
         let want_more = pending.is_empty() && deliveries.len() < settings.max_in_flight;
@@ -170,7 +171,7 @@ impl DeliveryContext {
                     self.metrics
                         .publish_seconds
                         .observe(started.elapsed().as_secs_f64());
-                    let age_ms = now_ms().saturating_sub(record.received_ms);
+                    let age_ms = unix_ms().saturating_sub(record.received_ms);
                     self.metrics.delivery_seconds.observe(age_ms as f64 / 1e3);
                     return record.seq;
                 }
@@ -242,13 +243,6 @@ impl DeliveryContext {
         };
         self.metrics.breaker_state.set(value);
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
 }
 
 /// Checkpoint writes are fsyncs: batch them. A crash resends at most this much, and the

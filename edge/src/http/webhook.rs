@@ -6,9 +6,10 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
+use edge_kit::clock::unix_ms;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
@@ -119,7 +120,7 @@ async fn handle_route(
     ) {
         return refused(app, entry, &parts.headers, refusal);
     }
-    let received_ms = now_ms();
+    let received_ms = unix_ms();
     let body = match read_body(body, route.max_body, app.body_rate).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => return too_large(route.max_body),
@@ -246,7 +247,7 @@ fn refused(
         Refusal::Shed(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             reason.as_str(),
-            retry_after(now_ms()),
+            retry_after(unix_ms()),
         ),
         Refusal::RateLimited(wait) => (
             StatusCode::TOO_MANY_REQUESTS,
@@ -261,7 +262,7 @@ fn refused(
     );
     if let Some(id) = &claimed_id {
         app.admission.record_shed(ShedEntry {
-            time_ms: now_ms(),
+            time_ms: unix_ms(),
             pop: app.pop.to_str().unwrap_or_default().to_owned(),
             route: entry.name.to_string(),
             provider: entry.route.provider.as_str().to_owned(),
@@ -424,13 +425,6 @@ pub fn json(status: StatusCode, body: &str) -> Response<ResponseBody> {
 /// 5–14 s, spread by the receive time so refused senders do not all return at once.
 fn retry_after(received_ms: u64) -> HeaderValue {
     HeaderValue::from(5 + received_ms % 10)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
 }
 
 const POP_HEADER: &str = "edge-pop";

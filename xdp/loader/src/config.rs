@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+pub use edge_kit::config_file::ConfigErrors;
+use edge_kit::config_file::FieldErrors;
 use ipnet::IpNet;
 use serde::Deserialize;
 use xdp_common::{MAX_BURST, MAX_PROTECTED, MAX_RATE};
@@ -54,32 +56,28 @@ pub struct Rate {
 }
 
 impl Config {
-    pub fn load(path: &Path) -> anyhow::Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        Self::parse(&text)
-            .map_err(|(field, message)| anyhow::anyhow!("{}: {field}: {message}", path.display()))
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        edge_kit::config_file::load(path, Self::parse)
     }
 
-    pub fn parse(text: &str) -> Result<Config, (String, String)> {
-        let config: Config =
-            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
-                .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))?;
+    /// Parses and validates YAML text; errors are every `(field path, message)` found.
+    pub fn parse(text: &str) -> Result<Config, Vec<(String, String)>> {
+        let config: Config = edge_kit::config_file::parse_yaml(text)?;
+        let mut errors = FieldErrors::default();
         if config.protected.is_empty() {
-            return Err(("protected".into(), "must list the anycast prefixes".into()));
+            errors.add("protected", "must list the anycast prefixes");
         }
         for v6 in [false, true] {
-            if config
+            let family = config
                 .protected
                 .iter()
                 .filter(|p| matches!(p, IpNet::V6(_)) == v6)
-                .count()
-                > MAX_PROTECTED as usize
-            {
-                return Err((
-                    "protected".into(),
+                .count();
+            if family > MAX_PROTECTED as usize {
+                errors.add(
+                    "protected",
                     format!("at most {MAX_PROTECTED} prefixes per address family"),
-                ));
+                );
             }
         }
         for (field, rate) in [
@@ -87,13 +85,13 @@ impl Config {
             ("icmp_rate", config.icmp_rate),
         ] {
             if rate.per_second > MAX_RATE || rate.burst > MAX_BURST {
-                return Err((
-                    field.into(),
+                errors.add(
+                    field,
                     format!("per_second at most {MAX_RATE}, burst at most {MAX_BURST}"),
-                ));
+                );
             }
         }
-        Ok(config)
+        errors.into_result(|| config)
     }
 }
 
@@ -121,19 +119,24 @@ mod tests {
     fn defaults_and_errors() {
         let c = Config::parse("pop: fra1\ninterface: eth0\nmetrics_listen: 127.0.0.1:9182\nprotected: [192.0.2.0/24]\n").unwrap();
         assert_eq!((c.mode, c.tcp_ports.clone()), (Mode::Auto, vec![80, 443]));
-        let (field, _) = Config::parse(
+        let errors = Config::parse(
             "pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/33]\n",
         )
         .unwrap_err();
-        assert_eq!(field, "protected[0]");
-        let (field, message) = Config::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/24]\nmod: skb\n").unwrap_err();
-        assert!(
-            message.contains("unknown field `mod`"),
-            "{field}: {message}"
-        );
-        let (field, _) =
-            Config::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: []\n")
-                .unwrap_err();
-        assert_eq!(field, "protected");
+        assert_eq!(errors[0].0, "protected[0]");
+        let errors = Config::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/24]\nmod: skb\n").unwrap_err();
+        assert!(errors[0].1.contains("unknown field `mod`"), "{errors:?}");
+    }
+
+    #[test]
+    fn every_bad_field_is_named_at_once() {
+        let errors = Config::parse(
+            "pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: []\n\
+             syn_rate: { per_second: 1000000000, burst: 1 }\n\
+             icmp_rate: { per_second: 1, burst: 2000000000 }\n",
+        )
+        .unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|(field, _)| field.as_str()).collect();
+        assert_eq!(fields, ["protected", "syn_rate", "icmp_rate"]);
     }
 }

@@ -1,18 +1,14 @@
-use std::convert::Infallible;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use bytes::Bytes;
 use clap::{Parser, Subcommand};
+use edge_kit::admin::Answer;
+use edge_kit::signals::{Signal, Signals};
 use edge_xdp::config::Config;
 use edge_xdp::filter::Filter;
 use edge_xdp::metrics;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::signal::unix::{SignalKind, signal};
 
 #[derive(Parser)]
 #[command(
@@ -46,27 +42,22 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    edge_kit::logging::init();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
     let result = match Cli::parse().command {
         Command::Run { config } => runtime.block_on(run(config)),
-        Command::CheckConfig { config } => Config::load(&config).map(|c| {
-            println!(
-                "{}: ok (protecting {} prefixes)",
-                config.display(),
-                c.protected.len()
-            )
-        }),
+        Command::CheckConfig { config } => Config::load(&config)
+            .map(|c| {
+                println!(
+                    "{}: ok (protecting {} prefixes)",
+                    config.display(),
+                    c.protected.len()
+                )
+            })
+            .map_err(anyhow::Error::from),
         Command::Stats { config } => runtime.block_on(stats(config)),
     };
     match result {
@@ -97,23 +88,23 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         config.pop.clone(),
     ));
 
-    let mut hangup = signal(SignalKind::hangup())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            _ = hangup.recv() => match Config::load(&path) {
-                Ok(new) if new.interface == config.interface => {
-                    match filter.lock().expect("filter lock").apply(&new) {
-                        Ok(()) => tracing::info!(allow = new.allowlist.len(), block = new.blocklist.len(), "reloaded lists and limits; program stays attached"),
-                        Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed part-way; maps may hold a mix until the next reload"),
+    let mut signals = Signals::new()?;
+    while signals.next().await == Signal::Hangup {
+        match Config::load(&path) {
+            Ok(new) if new.interface == config.interface => {
+                match filter.lock().expect("filter lock").apply(&new) {
+                    Ok(()) => tracing::info!(
+                        allow = new.allowlist.len(),
+                        block = new.blocklist.len(),
+                        "reloaded lists and limits; program stays attached"
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = %format!("{e:#}"), "reload failed part-way; maps may hold a mix until the next reload")
                     }
                 }
-                Ok(_) => tracing::error!("reload refused: changing the interface needs a restart"),
-                Err(e) => tracing::error!(error = %format!("{e:#}"), "reload refused: config invalid; keeping the running lists"),
-            },
-            _ = terminate.recv() => break,
-            _ = interrupt.recv() => break,
+            }
+            Ok(_) => tracing::error!("reload refused: changing the interface needs a restart"),
+            Err(e) => tracing::error!("reload refused, keeping the running lists:\n{e}"),
         }
     }
     drop(filter);
@@ -121,25 +112,19 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `/metrics`: the program's counters, read from its per-CPU map at each scrape.
 async fn serve_metrics(listener: tokio::net::TcpListener, filter: Arc<Mutex<Filter>>, pop: String) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let (filter, pop) = (Arc::clone(&filter), pop.clone());
-        tokio::spawn(async move {
-            let service = service_fn(move |_request: http::Request<hyper::body::Incoming>| {
-                let body = match filter.lock().expect("filter lock").counters() {
-                    Ok(counters) => metrics::render(&pop, &counters),
-                    Err(e) => format!("# error reading counters: {e:#}\n"),
-                };
-                async move { Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from(body)))) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    edge_kit::admin::serve(listener, move |path| match path {
+        "/metrics" => {
+            let body = match filter.lock().expect("filter lock").counters() {
+                Ok(counters) => metrics::render(&pop, &counters),
+                Err(e) => format!("# error reading counters: {e:#}\n"),
+            };
+            Answer::new(http::StatusCode::OK, PROMETHEUS_TEXT, body)
+        }
+        _ => Answer::not_found("/metrics"),
+    })
+    .await;
 }
 
 async fn stats(path: PathBuf) -> anyhow::Result<()> {
@@ -165,3 +150,5 @@ async fn fetch_metrics(addr: std::net::SocketAddr) -> anyhow::Result<String> {
         .map(|(_, body)| body.to_owned())
         .unwrap_or_default())
 }
+
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
