@@ -26,16 +26,38 @@ use crate::tls;
 use crate::tls::tickets::SharedTickets;
 
 pub struct Reloader {
-    pub path: PathBuf,
+    path: PathBuf,
     /// The file as last applied, to tell which restart-only settings a new one changes.
-    pub running: serde_yaml::Value,
-    pub server: Arc<Server>,
-    pub spool: Arc<Spool>,
-    pub metrics: ReloadMetrics,
-    pub tickets: Option<Arc<SharedTickets>>,
+    running: serde_yaml::Value,
+    server: Arc<Server>,
+    spool: Arc<Spool>,
+    metrics: ReloadMetrics,
+    tickets: Option<Arc<SharedTickets>>,
 }
 
 impl Reloader {
+    /// `path` is the running config's file; what it holds now is taken as applied.
+    pub fn new(
+        path: PathBuf,
+        server: Arc<Server>,
+        spool: Arc<Spool>,
+        metrics: ReloadMetrics,
+        tickets: Option<Arc<SharedTickets>>,
+    ) -> Self {
+        let running = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| serde_yaml::from_str(&text).ok())
+            .unwrap_or_default();
+        Self {
+            path,
+            running,
+            server,
+            spool,
+            metrics,
+            tickets,
+        }
+    }
+
     /// Waits for SIGHUP (and polls the ticket-key file) for the life of the process.
     pub async fn run(mut self) {
         let mut hangup = match signal(SignalKind::hangup()) {

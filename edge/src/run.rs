@@ -8,51 +8,29 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
-use arc_swap::ArcSwap;
 use edge_kit::signals::{Signal, Signals};
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::admin::{Admin, Readiness};
 use crate::admission::Admission;
 use crate::admission::ledger::Ledger;
+use crate::backhaul::Sink;
 use crate::config::Settings;
-use crate::http::{App, connection_builder};
+use crate::http::App;
 use crate::metrics::Metrics;
 use crate::reload::{Reloader, dedupe_windows};
-use crate::server::{Live, Server};
+use crate::server::{Live, Server, ServerMetrics};
 use crate::spool::Spool;
 use crate::{sockets, tls};
 
 pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&settings.pop));
     metrics.reload.generation.set(1);
-    let (spool, report) = Spool::open(
-        &settings.spool,
-        &settings.pop,
-        dedupe_windows(&settings),
-        metrics.spool.clone(),
-    )?;
-    tracing::info!(
-        dir = %settings.spool.dir.display(),
-        segments = report.segments,
-        records = report.records,
-        checkpoint = report.checkpoint,
-        next_seq = report.next_seq,
-        cut_tails = report.cut.len(),
-        "spool recovered"
-    );
-    let spool = Arc::new(spool);
-
+    let spool = open_spool(&settings, &metrics)?;
     let (tls_config, shared_tickets) = tls::server_config(&settings.tls)?;
-    let open_files = sockets::raise_open_files_limit().context("raising RLIMIT_NOFILE")?;
-    if settings.connections.max_total as u64 + FD_RESERVE > open_files {
-        tracing::warn!(
-            open_files,
-            connections_max = settings.connections.max_total,
-            "connections.max is above what the open-files limit allows: accept will back off on EMFILE first (raise LimitNOFILE)"
-        );
-    }
+    check_open_files_limit(&settings)?;
     let listeners = settings
         .listen
         .iter()
@@ -69,17 +47,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let ledger = Ledger::start(
-        &settings.spool.dir,
-        SHED_LEDGER_BYTES,
-        sink.clone(),
-        metrics.admission.ledger_dropped.clone(),
-    );
-    let admission = Admission::new(
-        settings.admission.clone(),
-        metrics.admission.clone(),
-        Some(ledger),
-    );
+    let admission = start_admission(&settings, &metrics, sink.clone());
     let readiness = Arc::new(Readiness::default());
     let admin = Arc::new(Admin {
         readiness: Arc::clone(&readiness),
@@ -88,56 +56,33 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     });
     tokio::spawn(admin.serve(admin_listener).in_current_span());
 
-    let server = Arc::new(Server {
-        live: ArcSwap::from_pointee(Live {
-            app: Arc::new(App::new(
-                &settings,
-                Arc::clone(&spool),
-                metrics.http.clone(),
-                Arc::clone(&admission),
-            )),
-            tls: tls_config,
-            handshake_timeout: settings.tls.handshake_timeout,
-        }),
-        metrics: metrics.connections.clone(),
-        tls_metrics: metrics.tls.clone(),
-        http_metrics: metrics.http.clone(),
-        http: Arc::new(connection_builder(&settings.http)),
-        deadlines: settings.http.deadlines,
-        connections: std::sync::Mutex::new(crate::conn_limits::ConnTable::new(
-            settings.connections.clone(),
+    let live = Live {
+        app: Arc::new(App::new(
+            &settings,
+            Arc::clone(&spool),
+            metrics.http.clone(),
+            admission,
         )),
-        refusal_log: Default::default(),
-    });
-    let (stop_backhaul, backhaul_stopped) = watch::channel(false);
-    let backhaul = match (&settings.backhaul, sink) {
-        (Some(backhaul), Some(sink)) => {
-            let task = crate::backhaul::run(
-                Arc::clone(&spool),
-                sink,
-                backhaul.clone(),
-                metrics.backhaul.clone(),
-                backhaul_stopped,
-            );
-            Some(tokio::spawn(task.in_current_span()))
-        }
-        _ => {
-            tracing::warn!("no backhaul configured: events stay in the spool");
-            None
-        }
+        tls: tls_config,
+        handshake_timeout: settings.tls.handshake_timeout,
     };
-    let running = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| serde_yaml::from_str(&text).ok())
-        .unwrap_or_default();
-    let reloader = Reloader {
+    let server_metrics = ServerMetrics {
+        connections: metrics.connections.clone(),
+        tls: metrics.tls.clone(),
+        http: metrics.http.clone(),
+    };
+    let server = Arc::new(Server::new(live, &settings, server_metrics));
+    let backhaul = sink.map(|sink| Backhaul::start(&settings, sink, &spool, &metrics));
+    if backhaul.is_none() {
+        tracing::warn!("no backhaul configured: events stay in the spool");
+    }
+    let reloader = Reloader::new(
         path,
-        running,
-        server: Arc::clone(&server),
-        spool: Arc::clone(&spool),
-        metrics: metrics.reload.clone(),
-        tickets: shared_tickets,
-    };
+        Arc::clone(&server),
+        Arc::clone(&spool),
+        metrics.reload.clone(),
+        shared_tickets,
+    );
     tokio::spawn(reloader.run().in_current_span());
     let (stop, stopped) = watch::channel(false);
     let accepting = tokio::spawn(server.run(listeners, stopped).in_current_span());
@@ -155,26 +100,117 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         "draining: /readyz fails, still serving"
     );
     tokio::time::sleep(grace).await;
-
     let _ = stop.send(true);
+    finish_connections(accepting, settings.shutdown_timeout).await?;
+    if let Some(backhaul) = backhaul {
+        backhaul.stop().await;
+    }
+    spool.close().await;
+    tracing::info!("edge stopped");
+    Ok(())
+}
+
+/// Admission control, with its shed ledger shipped through `sink` when there is one.
+fn start_admission(
+    settings: &Settings,
+    metrics: &Metrics,
+    sink: Option<Arc<Sink>>,
+) -> Arc<Admission> {
+    let ledger = Ledger::start(
+        &settings.spool.dir,
+        SHED_LEDGER_BYTES,
+        sink,
+        metrics.admission.ledger_dropped.clone(),
+    );
+    Admission::new(
+        settings.admission.clone(),
+        metrics.admission.clone(),
+        Some(ledger),
+    )
+}
+
+fn open_spool(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Arc<Spool>> {
+    let (spool, report) = Spool::open(
+        &settings.spool,
+        &settings.pop,
+        dedupe_windows(settings),
+        metrics.spool.clone(),
+    )?;
+    tracing::info!(
+        dir = %settings.spool.dir.display(),
+        segments = report.segments,
+        records = report.records,
+        checkpoint = report.checkpoint,
+        next_seq = report.next_seq,
+        cut_tails = report.cut.len(),
+        "spool recovered"
+    );
+    Ok(Arc::new(spool))
+}
+
+/// Raises the soft open-files limit, and warns when `connections.max` cannot fit in it.
+fn check_open_files_limit(settings: &Settings) -> anyhow::Result<()> {
+    let open_files = sockets::raise_open_files_limit().context("raising RLIMIT_NOFILE")?;
+    if settings.connections.max_total as u64 + FD_RESERVE > open_files {
+        tracing::warn!(
+            open_files,
+            connections_max = settings.connections.max_total,
+            "connections.max is above what the open-files limit allows: accept will back off on EMFILE first (raise LimitNOFILE)"
+        );
+    }
+    Ok(())
+}
+
+/// Waits for the accept loops to end, then up to `timeout` for open connections.
+async fn finish_connections(
+    accepting: tokio::task::JoinHandle<GracefulShutdown>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let graceful = accepting.await.context("accept loops")?;
     tracing::info!(
         open = graceful.count(),
         "stopped accepting; finishing in-flight requests"
     );
-    if tokio::time::timeout(settings.shutdown_timeout, graceful.shutdown())
+    if tokio::time::timeout(timeout, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::warn!("connections still open after shutdown_timeout; closing them");
     }
-    let _ = stop_backhaul.send(true);
-    if let Some(backhaul) = backhaul {
-        let _ = backhaul.await;
-    }
-    spool.close().await;
-    tracing::info!("edge stopped");
     Ok(())
+}
+
+/// The running backhaul task and its stop switch.
+struct Backhaul {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backhaul {
+    fn start(settings: &Settings, sink: Arc<Sink>, spool: &Arc<Spool>, metrics: &Metrics) -> Self {
+        let backhaul = settings
+            .backhaul
+            .clone()
+            .expect("a sink comes from backhaul settings");
+        let (stop, stopped) = watch::channel(false);
+        let task = crate::backhaul::run(
+            Arc::clone(spool),
+            sink,
+            backhaul,
+            metrics.backhaul.clone(),
+            stopped,
+        );
+        Self {
+            stop,
+            task: tokio::spawn(task.in_current_span()),
+        }
+    }
+
+    /// Stops after a last checkpoint.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
 }
 
 /// The shed ledger's file is started afresh past this, once shipped.

@@ -21,18 +21,25 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::config::Settings;
 use crate::conn_limits::{ConnTable, Source};
-use crate::http::App;
-use crate::http::HttpMetrics;
+use crate::deadline_io::DeadlineIo;
 use crate::http::webhook::{self, Arrival};
+use crate::http::{App, HttpMetrics, connection_builder};
 use crate::sockets::is_fd_exhaustion;
 use crate::tls::TlsMetrics;
+use crate::tls::stream::TlsStream;
+
+/// The metrics a connection touches, from accept to the last response.
+pub struct ServerMetrics {
+    pub connections: ConnectionMetrics,
+    pub tls: TlsMetrics,
+    pub http: HttpMetrics,
+}
 
 pub struct Server {
     pub live: ArcSwap<Live>,
-    pub metrics: ConnectionMetrics,
-    pub tls_metrics: TlsMetrics,
-    pub http_metrics: HttpMetrics,
+    metrics: ServerMetrics,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub deadlines: crate::deadline_io::Deadlines,
     /// Connection caps, checked before any TLS work.
@@ -48,6 +55,17 @@ pub struct Live {
 }
 
 impl Server {
+    pub fn new(live: Live, settings: &Settings, metrics: ServerMetrics) -> Self {
+        Self {
+            live: ArcSwap::from_pointee(live),
+            metrics,
+            http: Arc::new(connection_builder(&settings.http)),
+            deadlines: settings.http.deadlines,
+            connections: Mutex::new(ConnTable::new(settings.connections.clone())),
+            refusal_log: Default::default(),
+        }
+    }
+
     /// Accepts on every listener until `stop` turns true, then returns the graceful
     /// shutdown handle that tracks the connections still open.
     pub async fn run(
@@ -99,7 +117,7 @@ impl Server {
                         Err(refusal) => {
                             // Closed before the handshake: an over-cap source costs one accept.
                             drop(stream);
-                            self.metrics.refused(refusal.reason());
+                            self.metrics.connections.refused(refusal.reason());
                             if self.refusal_log.allow() {
                                 tracing::warn!(%peer, reason = refusal.reason(), "connection over its cap, closed before TLS (logged at most once a second)");
                             }
@@ -107,13 +125,13 @@ impl Server {
                     }
                 }
                 Err(e) if is_fd_exhaustion(&e) => {
-                    self.metrics.accept_error("fd_exhausted");
+                    self.metrics.connections.accept_error("fd_exhausted");
                     tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "out of file descriptors; backing off accept");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(MAX_ACCEPT_BACKOFF);
                 }
                 Err(e) => {
-                    self.metrics.accept_error("other");
+                    self.metrics.connections.accept_error("other");
                     tracing::debug!(error = %e, "accept failed");
                 }
             }
@@ -127,7 +145,7 @@ impl Server {
         source: Source,
         watcher: hyper_util::server::graceful::Watcher,
     ) {
-        let metrics = &self.metrics;
+        let metrics = &self.metrics.connections;
         metrics.open_connections.inc();
         if crate::sockets::syn_carried_data(&stream) {
             metrics.tfo_accepted.inc();
@@ -139,45 +157,19 @@ impl Server {
                 .expect("connection table")
                 .release(source);
         });
-        let stream = crate::deadline_io::DeadlineIo::new(stream, self.deadlines);
+        let stream = DeadlineIo::new(stream, self.deadlines);
         let expired = stream.report();
         let _limits = scopeguard(|| {
             if let Some(expired) = expired.get() {
-                self.http_metrics.reject(expired.reason());
+                self.metrics.http.reject(expired.reason());
                 if self.refusal_log.allow() {
                     tracing::info!(%peer, reason = expired.reason(), "connection ended by a time limit (logged at most once a second)");
                 }
             }
         });
-        let live = self.live.load_full();
-        let accepting = crate::tls::stream::accept(stream, Arc::clone(&live.tls));
-        let mut tls = match tokio::time::timeout(live.handshake_timeout, accepting).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                self.tls_metrics.handshake_failure("error");
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                return;
-            }
-            Err(_) => {
-                self.tls_metrics.handshake_failure("timeout");
-                tracing::debug!(%peer, "TLS handshake deadline passed");
-                return;
-            }
+        let Some((tls, http2)) = self.handshake(stream, peer).await else {
+            return;
         };
-        let session = tls.connection();
-        let version = match session.protocol_version() {
-            Some(rustls::ProtocolVersion::TLSv1_3) => "1.3",
-            Some(rustls::ProtocolVersion::TLSv1_2) => "1.2",
-            _ => "other",
-        };
-        let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-        let http2 = session.alpn_protocol() == Some(b"h2");
-        self.tls_metrics.handshake(version, resumed);
-        if tls.accepted_early_data() {
-            self.tls_metrics.early_data_connections.inc();
-        }
-
-        drop(live);
         let server = Arc::clone(&self);
         let handshake = tls.handshake();
         let service = service_fn(move |request| {
@@ -193,30 +185,77 @@ impl Server {
             .serve_connection(TokioIo::new(tls), service)
             .into_owned();
         if let Err(e) = watcher.watch(connection).await {
-            let hyper_error = e.downcast_ref::<hyper::Error>();
-            if hyper_error.is_some_and(|e| e.is_parse_too_large()) {
-                self.http_metrics.reject("header_too_large");
-                tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
-            } else if hyper_error.is_some_and(|e| e.is_timeout()) {
-                // hyper's only timers: the HTTP/1 head deadline, the HTTP/2 PING answer.
-                let (reason, what) = if http2 {
-                    (
-                        "h2_keepalive_timeout",
-                        "no answer to an HTTP/2 PING within http.h2_keepalive_timeout",
-                    )
-                } else {
-                    (
-                        "header_timeout",
-                        "request head not received within http.header_timeout",
-                    )
-                };
-                self.http_metrics.reject(reason);
-                if self.refusal_log.allow() {
-                    tracing::info!(%peer, "{what}: closed (logged at most once a second)");
-                }
-            } else {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            self.connection_failed(e, http2, peer);
+        }
+    }
+
+    /// The TLS handshake under the deadline in force; counted by version and resumption.
+    /// Also whether the client chose HTTP/2.
+    async fn handshake(
+        &self,
+        stream: DeadlineIo<tokio::net::TcpStream>,
+        peer: std::net::SocketAddr,
+    ) -> Option<(TlsStream<DeadlineIo<tokio::net::TcpStream>>, bool)> {
+        let live = self.live.load_full();
+        let accepting = crate::tls::stream::accept(stream, Arc::clone(&live.tls));
+        let mut tls = match tokio::time::timeout(live.handshake_timeout, accepting).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => {
+                self.metrics.tls.handshake_failure("error");
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return None;
             }
+            Err(_) => {
+                self.metrics.tls.handshake_failure("timeout");
+                tracing::debug!(%peer, "TLS handshake deadline passed");
+                return None;
+            }
+        };
+        let session = tls.connection();
+        let version = match session.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "1.2",
+            _ => "other",
+        };
+        let resumed = session.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+        let http2 = session.alpn_protocol() == Some(b"h2");
+        self.metrics.tls.handshake(version, resumed);
+        if tls.accepted_early_data() {
+            self.metrics.tls.early_data_connections.inc();
+        }
+        Some((tls, http2))
+    }
+
+    /// Counts and logs why hyper gave up on a connection (a limit, or a broken client).
+    fn connection_failed(
+        &self,
+        error: Box<dyn std::error::Error + Send + Sync>,
+        http2: bool,
+        peer: std::net::SocketAddr,
+    ) {
+        let hyper_error = error.downcast_ref::<hyper::Error>();
+        if hyper_error.is_some_and(|e| e.is_parse_too_large()) {
+            self.metrics.http.reject("header_too_large");
+            tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
+        } else if hyper_error.is_some_and(|e| e.is_timeout()) {
+            // hyper's only timers: the HTTP/1 head deadline, the HTTP/2 PING answer.
+            let (reason, what) = if http2 {
+                (
+                    "h2_keepalive_timeout",
+                    "no answer to an HTTP/2 PING within http.h2_keepalive_timeout",
+                )
+            } else {
+                (
+                    "header_timeout",
+                    "request head not received within http.header_timeout",
+                )
+            };
+            self.metrics.http.reject(reason);
+            if self.refusal_log.allow() {
+                tracing::info!(%peer, "{what}: closed (logged at most once a second)");
+            }
+        } else {
+            tracing::debug!(%peer, error = %error, "connection ended with an error");
         }
     }
 }

@@ -87,60 +87,19 @@ async fn handle_route(
     body: &mut Incoming,
 ) -> Response<ResponseBody> {
     let route = &entry.route;
-    if parts.method != Method::POST {
-        let mut response = json(
-            StatusCode::METHOD_NOT_ALLOWED,
-            r#"{"error":"only POST is accepted"}"#,
-        );
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return response;
-    }
     // RFC 8470: a proxy in front of us that forwarded early data says so.
     let early = arrival.early
         || parts
             .headers
             .get(EARLY_DATA_HEADER)
             .is_some_and(|v| v == "1");
-    if early && let Some(response) = guard_early(app, entry) {
+    if let Some(response) = before_body(app, entry, arrival, parts, early, body) {
         return response;
-    }
-    // A declared length over the limit is refused before reading a byte.
-    if body.size_hint().lower() > route.max_body {
-        return too_large(route.max_body);
-    }
-    // Shedding before the body is read costs the sender one round trip and us nothing.
-    if let Err(refusal) = app.admission.check(
-        &entry.name,
-        route.priority,
-        route.rate_limit,
-        arrival.source,
-        app.spool.fill(),
-    ) {
-        return refused(app, entry, &parts.headers, refusal);
     }
     let received_ms = unix_ms();
     let body = match read_body(body, route.max_body, app.body_rate).await {
         Ok(body) => body,
-        Err(BodyError::TooLarge) => return too_large(route.max_body),
-        Err(BodyError::TooSlow { received, elapsed }) => {
-            app.metrics.reject("slow_body");
-            if app.slow_body_log.allow() {
-                tracing::info!(route = %entry.name, received, elapsed_ms = elapsed.as_millis() as u64, "request body below the minimum rate or past its deadline: 408 (logged at most once a second)");
-            }
-            return closing(json(
-                StatusCode::REQUEST_TIMEOUT,
-                r#"{"error":"request body too slow"}"#,
-            ));
-        }
-        Err(BodyError::Broken(e)) => {
-            tracing::debug!(route = %entry.name, error = %e, "request body not received whole");
-            return json(
-                StatusCode::BAD_REQUEST,
-                r#"{"error":"request body was not received whole"}"#,
-            );
-        }
+        Err(e) => return body_refused(app, entry, e),
     };
 
     // The slot covers verify, append and fsync: the work the adaptive limit measures.
@@ -156,7 +115,6 @@ async fn handle_route(
         tracing::info!(route = %entry.name, reason = e.reason(), "signature verification failed");
         return json(StatusCode::UNAUTHORIZED, &format!(r#"{{"error":"{e}"}}"#));
     }
-
     if route.provider == Provider::Slack
         && let Some(challenge) = url_verification_challenge(&body)
     {
@@ -166,7 +124,6 @@ async fn handle_route(
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         return response;
     }
-
     let event_id = match event::event_id(
         route.provider,
         route.id_header.as_ref(),
@@ -188,11 +145,85 @@ async fn handle_route(
     if appended.is_ok() {
         permit.worked();
     }
+    answer_append(app, entry, appended, received_ms)
+}
+
+/// What is decided before a byte of the body is read: method, 0-RTT policy, declared
+/// size, and shedding (which costs the sender one round trip and us nothing here).
+fn before_body(
+    app: &App,
+    entry: &RouteEntry,
+    arrival: Arrival,
+    parts: &http::request::Parts,
+    early: bool,
+    body: &Incoming,
+) -> Option<Response<ResponseBody>> {
+    let route = &entry.route;
+    if parts.method != Method::POST {
+        let mut response = json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            r#"{"error":"only POST is accepted"}"#,
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return Some(response);
+    }
+    if early && let Some(response) = guard_early(app, entry) {
+        return Some(response);
+    }
+    if body.size_hint().lower() > route.max_body {
+        return Some(too_large(route.max_body));
+    }
+    app.admission
+        .check(
+            &entry.name,
+            route.priority,
+            route.rate_limit,
+            arrival.source,
+            app.spool.fill(),
+        )
+        .err()
+        .map(|refusal| refused(app, entry, &parts.headers, refusal))
+}
+
+/// The answer to a body that was too large, too slow or broken.
+fn body_refused(app: &App, entry: &RouteEntry, error: BodyError) -> Response<ResponseBody> {
+    match error {
+        BodyError::TooLarge => too_large(entry.route.max_body),
+        BodyError::TooSlow { received, elapsed } => {
+            app.metrics.reject("slow_body");
+            if app.slow_body_log.allow() {
+                tracing::info!(route = %entry.name, received, elapsed_ms = elapsed.as_millis() as u64, "request body below the minimum rate or past its deadline: 408 (logged at most once a second)");
+            }
+            closing(json(
+                StatusCode::REQUEST_TIMEOUT,
+                r#"{"error":"request body too slow"}"#,
+            ))
+        }
+        BodyError::Broken(e) => {
+            tracing::debug!(route = %entry.name, error = %e, "request body not received whole");
+            json(
+                StatusCode::BAD_REQUEST,
+                r#"{"error":"request body was not received whole"}"#,
+            )
+        }
+    }
+}
+
+/// The acknowledgement once the spool has the event durable (or already had it), or 503.
+fn answer_append(
+    app: &App,
+    entry: &RouteEntry,
+    appended: Result<Appended, AppendError>,
+    received_ms: u64,
+) -> Response<ResponseBody> {
+    let ack_status = entry.route.ack_status;
     match appended {
-        Ok(Appended::Stored { seq }) => ack(route.ack_status, seq, false),
+        Ok(Appended::Stored { seq }) => ack(ack_status, seq, false),
         Ok(Appended::Duplicate { seq }) => {
             app.metrics.duplicate(&entry.name);
-            ack(route.ack_status, seq, true)
+            ack(ack_status, seq, true)
         }
         Err(e) => {
             // Full and disk-full are logged once by the spool, not per request.

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use nix::fcntl::{Flock, FlockArg};
@@ -59,94 +59,32 @@ pub(super) fn recover(
     windows: HashMap<String, usize>,
 ) -> anyhow::Result<Recovered> {
     let dir = &settings.dir;
-    fs::create_dir_all(dir)
-        .with_context(|| format!("spool.dir {}: cannot create", dir.display()))?;
-    let lock_file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("LOCK"))
-        .with_context(|| format!("spool.dir {}: cannot open LOCK", dir.display()))?;
-    let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
-        anyhow::anyhow!(
-            "spool.dir {}: locked by another process ({errno})",
-            dir.display()
-        )
-    })?;
-
+    let lock = lock_dir(dir)?;
     let checkpoint = checkpoint::read(dir)?.unwrap_or(0);
-    let mut recent: HashMap<String, RecentIds> = windows
-        .into_iter()
-        .map(|(route, window)| (route, RecentIds::new(window)))
-        .collect();
-    let mut report = RecoveryReport {
+    let mut replay = Replay {
         checkpoint,
-        ..Default::default()
+        last_seq: checkpoint,
+        recent: windows
+            .into_iter()
+            .map(|(route, window)| (route, RecentIds::new(window)))
+            .collect(),
+        lag: LagBytes::default(),
+        report: RecoveryReport {
+            checkpoint,
+            ..Default::default()
+        },
     };
     let mut segments = BTreeMap::new();
-    let mut last_seq = checkpoint;
-    let mut lag = LagBytes::default();
     let listed = list_segments(dir)?;
     for (index, (first, path)) in listed.iter().enumerate() {
         let is_last = index + 1 == listed.len();
-        let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let scan = scan_segment(&bytes);
-        let mut segment_last = None;
-        for (record, frame_len) in scan.records.iter().zip(&scan.frame_lens) {
-            if record.seq > checkpoint {
-                lag.appended(record.seq, *frame_len as u64);
-            }
-            if let Some(window) = recent.get_mut(record.route) {
-                window.insert(record.event_id, record.seq);
-            }
-            segment_last = Some(record.seq);
-            last_seq = last_seq.max(record.seq);
-        }
-        report.records += scan.records.len() as u64;
-        let mut kept_len = bytes.len();
-        if let Some(stop) = scan.stop {
-            if is_last {
-                cut_tail(path, scan.valid_len)?;
-                kept_len = scan.valid_len.max(SEGMENT_MAGIC.len());
-                let cut = CutTail {
-                    path: path.clone(),
-                    offset: stop.offset,
-                    bytes: bytes.len() - scan.valid_len,
-                    reason: stop.error,
-                };
-                tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut an incomplete tail");
-                report.cut.push(cut);
-            } else {
-                tracing::error!(segment = %path.display(), offset = stop.offset, reason = %stop.error, kept = scan.records.len(), "spool segment is damaged before its end; records after the damage cannot be read");
-            }
-        }
-        segments.insert(
-            *first,
-            SegmentMeta {
-                bytes: kept_len as u64,
-                last_seq: segment_last,
-            },
-        );
+        segments.insert(*first, replay.segment(path, is_last)?);
     }
     remove_delivered(dir, &mut segments, checkpoint)?;
 
-    let next_seq = last_seq + 1;
-    let active = match segments.last_key_value() {
-        Some((&first, _)) => OpenOptions::new()
-            .write(true)
-            .open(segment_path(dir, first))?,
-        None => {
-            let file = create_segment(dir, next_seq)?;
-            segments.insert(
-                next_seq,
-                SegmentMeta {
-                    bytes: SEGMENT_MAGIC.len() as u64,
-                    last_seq: None,
-                },
-            );
-            file
-        }
-    };
+    let next_seq = replay.last_seq + 1;
+    let active = open_active(dir, &mut segments, next_seq)?;
+    let mut report = replay.report;
     report.segments = segments.len();
     report.next_seq = next_seq;
     let total_bytes = segments.values().map(|m| m.bytes).sum();
@@ -157,10 +95,104 @@ pub(super) fn recover(
         total_bytes,
         segments,
         active,
-        recent,
-        lag,
+        recent: replay.recent,
+        lag: replay.lag,
         lock,
     })
+}
+
+/// What reading the segments back rebuilds: the de-duplication windows, the bytes the
+/// origin has not confirmed, the last sequence number, and the report.
+struct Replay {
+    checkpoint: u64,
+    last_seq: u64,
+    recent: HashMap<String, RecentIds>,
+    lag: LagBytes,
+    report: RecoveryReport,
+}
+
+impl Replay {
+    /// Reads one segment back. An incomplete tail of the last segment (a crash
+    /// mid-append) is cut; damage before the end of an older one is reported and the
+    /// records after it cannot be read.
+    fn segment(&mut self, path: &Path, is_last: bool) -> anyhow::Result<SegmentMeta> {
+        let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let scan = scan_segment(&bytes);
+        let mut segment_last = None;
+        for (record, frame_len) in scan.records.iter().zip(&scan.frame_lens) {
+            if record.seq > self.checkpoint {
+                self.lag.appended(record.seq, *frame_len as u64);
+            }
+            if let Some(window) = self.recent.get_mut(record.route) {
+                window.insert(record.event_id, record.seq);
+            }
+            segment_last = Some(record.seq);
+            self.last_seq = self.last_seq.max(record.seq);
+        }
+        self.report.records += scan.records.len() as u64;
+        let mut kept_len = bytes.len();
+        if let Some(stop) = scan.stop {
+            if is_last {
+                cut_tail(path, scan.valid_len)?;
+                kept_len = scan.valid_len.max(SEGMENT_MAGIC.len());
+                let cut = CutTail {
+                    path: path.to_owned(),
+                    offset: stop.offset,
+                    bytes: bytes.len() - scan.valid_len,
+                    reason: stop.error,
+                };
+                tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut an incomplete tail");
+                self.report.cut.push(cut);
+            } else {
+                tracing::error!(segment = %path.display(), offset = stop.offset, reason = %stop.error, kept = scan.records.len(), "spool segment is damaged before its end; records after the damage cannot be read");
+            }
+        }
+        Ok(SegmentMeta {
+            bytes: kept_len as u64,
+            last_seq: segment_last,
+        })
+    }
+}
+
+/// Creates the spool directory and takes its lock: two processes on one spool would
+/// interleave their appends.
+fn lock_dir(dir: &Path) -> anyhow::Result<Flock<File>> {
+    fs::create_dir_all(dir)
+        .with_context(|| format!("spool.dir {}: cannot create", dir.display()))?;
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))
+        .with_context(|| format!("spool.dir {}: cannot open LOCK", dir.display()))?;
+    Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        anyhow::anyhow!(
+            "spool.dir {}: locked by another process ({errno})",
+            dir.display()
+        )
+    })
+}
+
+/// The segment new records go to: the newest one, or a fresh one from `next_seq`.
+fn open_active(
+    dir: &Path,
+    segments: &mut BTreeMap<u64, SegmentMeta>,
+    next_seq: u64,
+) -> anyhow::Result<File> {
+    if let Some((&first, _)) = segments.last_key_value() {
+        return Ok(OpenOptions::new()
+            .write(true)
+            .open(segment_path(dir, first))?);
+    }
+    let file = create_segment(dir, next_seq)?;
+    segments.insert(
+        next_seq,
+        SegmentMeta {
+            bytes: SEGMENT_MAGIC.len() as u64,
+            last_seq: None,
+        },
+    );
+    Ok(file)
 }
 
 /// Creates a new, empty segment durably (file and directory entry).

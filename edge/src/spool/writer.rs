@@ -212,16 +212,44 @@ impl Writer {
         if io_result.is_ok() {
             io_result = self.flush(&mut buf);
         }
+        self.settle(
+            io_result,
+            &mut outcomes,
+            appends.len(),
+            batch_ids,
+            batch_bytes,
+        );
+        self.batch_buf = buf;
+        self.frame_buf = frame;
+        self.metrics.batch_records.observe(appends.len() as f64);
+        for outcome in &outcomes {
+            self.metrics.append(outcome);
+        }
+        self.publish_gauges();
+        outcomes
+    }
+
+    /// After the batch's write and fsync: what is durable is remembered for
+    /// de-duplication, counted and announced to the waiters; if the I/O failed, every
+    /// append not yet durable is refused.
+    fn settle(
+        &mut self,
+        io_result: std::io::Result<()>,
+        outcomes: &mut Vec<Result<Appended, AppendError>>,
+        appends: usize,
+        batch_ids: HashMap<(&str, &str), u64>,
+        batch_bytes: u64,
+    ) {
         let durable = self.durable_next_seq;
         let failed = io_result.is_err();
         if let Err(e) = io_result {
             let refusal = self.refuse_after(&e);
-            for outcome in &mut outcomes {
+            for outcome in outcomes.iter_mut() {
                 if matches!(outcome, Ok(Appended::Stored { seq }) if *seq >= durable) {
                     *outcome = Err(refusal.clone());
                 }
             }
-            outcomes.resize_with(appends.len(), || Err(refusal.clone()));
+            outcomes.resize_with(appends, || Err(refusal.clone()));
         } else if self.shared.disk_full.swap(false, Ordering::AcqRel) {
             tracing::info!(dir = %self.dir.display(), "spool disk has room again; taking appends");
         }
@@ -248,14 +276,6 @@ impl Writer {
                 .store(durable - 1, Ordering::Release);
             self.shared.durable.notify_waiters();
         }
-        self.batch_buf = buf;
-        self.frame_buf = frame;
-        self.metrics.batch_records.observe(appends.len() as f64);
-        for outcome in &outcomes {
-            self.metrics.append(outcome);
-        }
-        self.publish_gauges();
-        outcomes
     }
 
     fn set_windows(&mut self, windows: HashMap<String, usize>) {
