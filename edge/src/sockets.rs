@@ -70,6 +70,7 @@ pub async fn connect(host: &str, port: u16) -> std::io::Result<tokio::net::TcpSt
 /// Whether the client's SYN carried data (TCP Fast Open was used on this connection),
 /// from the kernel's TCP_INFO.
 pub fn syn_carried_data(stream: &tokio::net::TcpStream) -> bool {
+    // SAFETY: tcp_info is plain integers, for which all-zero bytes are a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: a valid fd and an out-buffer of the size passed.
