@@ -2,6 +2,7 @@
 # Installs what the tests and benchmarks need, idempotently: Debian packages that are
 # missing, and the Rust components the checks use. Safe to run again and again.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server
           llvm-22-dev hping3 python3-scapy iptables slowhttptest nftables
@@ -32,16 +33,14 @@ for component in rustfmt clippy; do
         rustup component add "$component"
     fi
 done
-# The XDP program is built by a pinned nightly with rust-src (it builds `core` itself)
-# and linked by bpf-linker against Debian's LLVM 22 (the default build wants LLVM 23).
-if ! rustup toolchain list | grep -q '^nightly'; then
-    echo "setup: installing the nightly toolchain for the eBPF build"
-    rustup toolchain install nightly --profile minimal --component rust-src \
-        || { echo "setup: cannot install a nightly toolchain: the XDP program cannot be built" >&2; exit 1; }
-fi
-if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-    echo "setup: adding rust-src to nightly"
-    rustup component add rust-src --toolchain nightly
+# The XDP program is built by the nightly pinned in xdp/ebpf/rust-toolchain.toml, with
+# rust-src (it builds `core` itself), and linked by bpf-linker against Debian's LLVM 22
+# (the default build wants LLVM 23).
+nightly=$(sed -n 's/^channel = "\(.*\)"$/\1/p' xdp/ebpf/rust-toolchain.toml)
+if ! rustup component list --toolchain "$nightly" --installed 2>/dev/null | grep -q '^rust-src'; then
+    echo "setup: installing $nightly with rust-src for the eBPF build"
+    rustup toolchain install "$nightly" --profile minimal --component rust-src \
+        || { echo "setup: cannot install $nightly: the XDP program cannot be built" >&2; exit 1; }
 fi
 if ! command -v bpf-linker >/dev/null 2>&1; then
     echo "setup: building bpf-linker against LLVM 22 (about 90 s)"

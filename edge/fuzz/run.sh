@@ -10,15 +10,17 @@ seconds=${1:-30}
 out=$(cd .. && pwd)/target
 scratch=$out/fuzz-corpus
 artifacts=$out/fuzz-artifacts
+# The same pinned nightly as the eBPF build (one place: xdp/ebpf/rust-toolchain.toml).
+nightly=$(sed -n 's/^channel = "\(.*\)"$/\1/p' ../xdp/ebpf/rust-toolchain.toml)
 targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^edge-fuzz$')
 
-cargo +nightly fuzz build --target-dir "$out/fuzz" || { echo "0 passed, 1 failed: fuzz build"; exit 1; }
+cargo "+$nightly" fuzz build --target-dir "$out/fuzz" || { echo "0 passed, 1 failed: fuzz build"; exit 1; }
 passed=0
 failed=0
 for target in $targets; do
     mkdir -p "$scratch/$target" "$artifacts/$target"
     log=$artifacts/$target.log
-    if cargo +nightly fuzz run --target-dir "$out/fuzz" "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
+    if cargo "+$nightly" fuzz run --target-dir "$out/fuzz" "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
         -max_total_time="$seconds" -artifact_prefix="$artifacts/$target/" -print_final_stats=1 >"$log" 2>&1; then
         runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
         echo "fuzz $target: ${runs:-?} inputs in ${seconds}s, no crash"
