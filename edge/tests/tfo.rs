@@ -11,14 +11,6 @@ use std::time::{Duration, Instant};
 use ::lab::netns;
 use common::*;
 
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        netns::delete(&self.0);
-    }
-}
-
 fn in_ns(ns: &str, args: &[&str]) -> String {
     netns::output(ns, args)
 }
@@ -34,22 +26,21 @@ fn passive_tfo(ns: &str) -> u64 {
 
 #[test]
 fn second_curl_uses_fast_open_and_the_edge_counts_it() {
-    let ns = Netns(format!("edge-tfo-{}", std::process::id()));
-    netns::create(&ns.0).unwrap();
-    in_ns(&ns.0, &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"]);
+    let ns = netns::Netns::create(format!("edge-tfo-{}", std::process::id())).unwrap();
+    in_ns(ns.name(), &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"]);
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("edge.yaml");
     std::fs::write(&config, common::config(dir.path(), 8443, 9180, "", "")).unwrap();
     let log = std::fs::File::create(dir.path().join("edge.log")).unwrap();
     let mut edge = Command::new("ip")
-        .args(["netns", "exec", &ns.0, edge_bin(), "run", "--config"])
+        .args(["netns", "exec", ns.name(), edge_bin(), "run", "--config"])
         .arg(&config)
         .stderr(log)
         .spawn()
         .unwrap();
     let started = Instant::now();
-    while in_ns(&ns.0, &["curl", "-s", "127.0.0.1:9180/readyz"]) != "ready\n" {
+    while in_ns(ns.name(), &["curl", "-s", "127.0.0.1:9180/readyz"]) != "ready\n" {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "edge not ready"
@@ -57,12 +48,12 @@ fn second_curl_uses_fast_open_and_the_edge_counts_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let before = passive_tfo(&ns.0);
+    let before = passive_tfo(ns.name());
     let body = r#"{"tfo":true}"#;
     let signature = github_signature(GITHUB_SECRET, body.as_bytes());
     for i in 0..2 {
         let status = in_ns(
-            &ns.0,
+            ns.name(),
             &[
                 "curl",
                 "-s",
@@ -85,10 +76,10 @@ fn second_curl_uses_fast_open_and_the_edge_counts_it() {
         assert_eq!(status, "202", "request {i}");
     }
     assert!(
-        passive_tfo(&ns.0) > before,
+        passive_tfo(ns.name()) > before,
         "the kernel accepted a Fast Open SYN"
     );
-    let metrics = in_ns(&ns.0, &["curl", "-s", "127.0.0.1:9180/metrics"]);
+    let metrics = in_ns(ns.name(), &["curl", "-s", "127.0.0.1:9180/metrics"]);
     let counted = metrics
         .lines()
         .find(|l| l.starts_with("edge_tfo_accepted_total"))

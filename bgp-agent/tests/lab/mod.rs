@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 
 use ::lab::netns;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ pub struct Lab {
     pub up: String,
     pub pop: String,
     pub dir: tempfile::TempDir,
-    children: Vec<Child>,
+    net: netns::VethPair,
 }
 
 pub fn agent_bin() -> &'static str {
@@ -28,24 +28,19 @@ impl Lab {
     /// Two namespaces, a veth between them, and BIRD running in `up`.
     pub fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
-        let lab = Lab {
-            up: format!("bga-up-{tag}-{id}"),
-            pop: format!("bga-pop-{tag}-{id}"),
-            dir: tempfile::tempdir().unwrap(),
-            children: Vec::new(),
-        };
-        for ns in [&lab.up, &lab.pop] {
-            netns::create(ns).unwrap();
-        }
+        let (up, pop) = (format!("bga-up-{tag}-{id}"), format!("bga-pop-{tag}-{id}"));
         let (veth_up, veth_pop) = (format!("u{tag}{id}"), format!("p{tag}{id}"));
-        netns::veth((&lab.up, &veth_up), (&lab.pop, &veth_pop)).unwrap();
-        netns::run_ok(&lab.up, &format!("ip addr add {UP_ADDR}/30 dev {veth_up}")).unwrap();
-        netns::run_ok(
-            &lab.pop,
-            &format!("ip addr add {POP_ADDR}/30 dev {veth_pop}"),
+        let net = netns::VethPair::new(
+            (&up, &veth_up, &format!("{UP_ADDR}/30")),
+            (&pop, &veth_pop, &format!("{POP_ADDR}/30")),
         )
         .unwrap();
-        lab
+        Lab {
+            up,
+            pop,
+            dir: tempfile::tempdir().unwrap(),
+            net,
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -54,10 +49,8 @@ impl Lab {
 
     /// Starts a process inside a namespace, logging to `log`.
     pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
-        let child = netns::spawn_logged(ns, args, &self.path(log)).unwrap();
-        let pid = child.id();
-        self.children.push(child);
-        pid
+        let log = self.path(log);
+        self.net.spawn(ns, args, &log)
     }
 
     pub fn start_upstream_bird(&mut self) {
@@ -292,26 +285,12 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     pub fn wait_exit(&mut self, pid: u32, limit: Duration) -> bool {
         let started = Instant::now();
         while started.elapsed() < limit {
-            if let Some(child) = self.children.iter_mut().find(|c| c.id() == pid)
-                && child.try_wait().unwrap().is_some()
-            {
+            if self.net.exited(pid) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         false
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for ns in [&self.up, &self.pop] {
-            netns::delete(ns);
-        }
     }
 }
 

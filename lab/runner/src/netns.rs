@@ -1,6 +1,8 @@
 //! Network namespaces and veth pairs through `ip`, and commands run inside a namespace.
 //! The runner names a node's namespace with [`namespace`] (prefixed, so nothing outside
-//! the lab is touched); test fixtures elsewhere in the workspace use their own names.
+//! the lab is touched). The test fixtures of the workspace use [`Netns`] (one namespace
+//! that lives as long as the value) and [`VethPair`] (two, joined, with the processes
+//! started in them), under their own names.
 
 use std::process::{Child, Command, Output, Stdio};
 
@@ -41,6 +43,79 @@ pub fn lab_nodes() -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A namespace that exists for as long as this value: created fresh (one a crashed
+/// run left is replaced), deleted on drop.
+pub struct Netns(String);
+
+impl Netns {
+    pub fn create(name: impl Into<String>) -> anyhow::Result<Netns> {
+        let name = name.into();
+        create(&name)?;
+        Ok(Netns(name))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        delete(&self.0);
+    }
+}
+
+/// Two namespaces joined by a veth pair with an address at each end, and the processes
+/// started inside them. On drop the processes are killed by PID, then the namespaces
+/// (and the veths with them) are deleted.
+pub struct VethPair {
+    pub a: Netns,
+    pub b: Netns,
+    children: Vec<Child>,
+}
+
+impl VethPair {
+    /// `a` and `b` are (namespace, interface, address with prefix length).
+    pub fn new(a: (&str, &str, &str), b: (&str, &str, &str)) -> anyhow::Result<VethPair> {
+        let pair = VethPair {
+            a: Netns::create(a.0)?,
+            b: Netns::create(b.0)?,
+            children: Vec::new(),
+        };
+        veth((a.0, a.1), (b.0, b.1))?;
+        for (ns, interface, address) in [a, b] {
+            run_ok(ns, &format!("ip addr add {address} dev {interface}"))?;
+        }
+        Ok(pair)
+    }
+
+    /// Starts a program inside `ns` (one of the pair's), logging to `log`; returns its PID.
+    pub fn spawn(&mut self, ns: &str, args: &[&str], log: &std::path::Path) -> u32 {
+        let child =
+            spawn_logged(ns, args, log).unwrap_or_else(|e| panic!("{ns}: starting {args:?}: {e}"));
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    /// Whether the process `pid` started by [`VethPair::spawn`] has exited.
+    pub fn exited(&mut self, pid: u32) -> bool {
+        self.children
+            .iter_mut()
+            .find(|child| child.id() == pid)
+            .is_some_and(|child| child.try_wait().ok().flatten().is_some())
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// A veth pair, each end created in its namespace under its final name, both up.

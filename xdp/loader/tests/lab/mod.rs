@@ -2,7 +2,7 @@
 //! XDP tests and benchmarks. Created here, removed on drop; processes stopped by PID.
 #![allow(dead_code)]
 
-use std::process::{Child, Command};
+use std::process::Command;
 
 use ::lab::netns;
 
@@ -12,50 +12,40 @@ pub struct Lab {
     pub veth: String,
     pub peer: String,
     pub dir: tempfile::TempDir,
-    children: Vec<Child>,
+    net: netns::VethPair,
 }
 
 impl Lab {
     pub fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
-        let lab = Lab {
-            sender: format!("xs-{tag}-{id}"),
-            victim: format!("xv-{tag}-{id}"),
-            veth: format!("v{tag}{id}"),
-            peer: format!("s{tag}{id}"),
-            dir: tempfile::tempdir().unwrap(),
-            children: Vec::new(),
-        };
-        for ns in [&lab.sender, &lab.victim] {
-            netns::create(ns).unwrap();
-            netns::run_ok(ns, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1").unwrap();
-        }
-        netns::veth((&lab.sender, &lab.peer), (&lab.victim, &lab.veth)).unwrap();
+        let (sender, victim) = (format!("xs-{tag}-{id}"), format!("xv-{tag}-{id}"));
+        let (veth, peer) = (format!("v{tag}{id}"), format!("s{tag}{id}"));
+        let net = netns::VethPair::new(
+            (&sender, &peer, "198.18.0.1/30"),
+            (&victim, &veth, "198.18.0.2/30"),
+        )
+        .unwrap();
         for (ns, command) in [
-            (
-                &lab.sender,
-                format!("ip addr add 198.18.0.1/30 dev {}", lab.peer),
-            ),
-            (
-                &lab.victim,
-                format!("ip addr add 198.18.0.2/30 dev {}", lab.veth),
-            ),
-            (&lab.victim, "ip addr add 192.0.2.10/32 dev lo".to_owned()),
-            (
-                &lab.sender,
-                "ip route add 192.0.2.10/32 via 198.18.0.2".to_owned(),
-            ),
+            (&sender, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1"),
+            (&victim, "sysctl -qw net.ipv6.conf.all.disable_ipv6=1"),
+            (&victim, "ip addr add 192.0.2.10/32 dev lo"),
+            (&sender, "ip route add 192.0.2.10/32 via 198.18.0.2"),
         ] {
-            netns::run_ok(ns, &command).unwrap();
+            netns::run_ok(ns, command).unwrap();
         }
-        lab
+        Lab {
+            sender,
+            victim,
+            veth,
+            peer,
+            dir: tempfile::tempdir().unwrap(),
+            net,
+        }
     }
 
     pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
-        let child = netns::spawn_logged(ns, args, &self.dir.path().join(log)).unwrap();
-        let pid = child.id();
-        self.children.push(child);
-        pid
+        let log = self.dir.path().join(log);
+        self.net.spawn(ns, args, &log)
     }
 
     /// Starts `edge-xdp run` in the victim namespace with `config` and waits until its
@@ -160,17 +150,5 @@ impl Lab {
             .and_then(|s| s.split_whitespace().next())
             .unwrap_or("")
             .to_owned()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for ns in [&self.sender, &self.victim] {
-            netns::delete(ns);
-        }
     }
 }
