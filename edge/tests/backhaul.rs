@@ -273,9 +273,7 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
 /// events again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
-    if !root_for("a_full_spool_disk_answers_503_and_recovers_by_itself") {
-        return;
-    }
+    ::lab::require_root!("mounting a filesystem");
     let mut nats = Nats::start();
     let mut edge = Edge::start("  segment_bytes: 1MiB\n  max_bytes: 1GiB\n", "");
     edge.kill9();

@@ -377,17 +377,3 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
-
-/// Whether a root-only test can run: true as root; outside CI it says why it is skipped;
-/// in CI (which runs as root) a missing root is a failure, not a skip.
-pub fn root_for(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test} needs root, and CI runs as root"
-    );
-    eprintln!("{test}: needs root (mounts a filesystem); skipped");
-    false
-}

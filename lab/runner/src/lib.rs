@@ -10,6 +10,7 @@ pub mod runner;
 pub mod sender;
 pub mod topology;
 
+use std::io::Write;
 use std::path::PathBuf;
 
 /// The workspace's release directory: where this binary and its siblings live.
@@ -23,6 +24,32 @@ pub fn bin_dir() -> PathBuf {
 /// `lab/topology.clab.yml` of the workspace this binary was built in.
 pub fn default_topology() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../topology.clab.yml")
+}
+
+/// Whether a root-only test can run here: true as root. Without root it says why it is
+/// skipped, except in CI (which runs as root), where a missing root is a failure.
+pub fn has_root(test: &str, why: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs root ({why}), and CI runs as root"
+    );
+    // Straight to stderr: the test harness captures eprintln! of a passing test.
+    let _ = writeln!(std::io::stderr(), "{test}: needs root ({why}); skipped");
+    false
+}
+
+/// Returns from the test at once, saying so, when it cannot run without root (see
+/// [`has_root`]); `why` names what needs root.
+#[macro_export]
+macro_rules! require_root {
+    ($why:expr) => {
+        if !$crate::has_root(std::thread::current().name().unwrap_or("this test"), $why) {
+            return;
+        }
+    };
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/run/webhook-lab";

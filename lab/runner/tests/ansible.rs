@@ -18,6 +18,7 @@ use support::{LabCli, failures, router_next_hops};
 
 #[test]
 fn ansible_provisions_upgrades_and_refuses_bad_config() {
+    ::lab::require_root!("machines booted with systemd-nspawn");
     let fleet = Fleet::prepare();
     let lab = LabCli::up_for_machines("pop-a,pop-b");
     let machines = fleet.boot();

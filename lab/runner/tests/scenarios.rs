@@ -14,6 +14,7 @@ use support::{LabCli, failures, now_ms};
 
 #[test]
 fn anycast_scenarios() {
+    ::lab::require_root!("the lab network namespaces");
     let lab = LabCli::up();
     reach(&lab);
     pop_failure(&lab);
