@@ -6,27 +6,89 @@
 mod support;
 
 use std::collections::HashMap;
-
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use lab::sender::Outcome;
 use support::{LabCli, failures, now_ms};
 
-#[test]
-fn anycast_scenarios() {
-    ::lab::require_root!("the lab network namespaces");
+/// Runs every scenario (or those whose name contains an argument:
+/// `cargo test -p lab --test scenarios -- drain flap`) on one lab, each reported on its
+/// own, so a failure does not hide the scenarios after it; then the lab-wide checks.
+fn main() -> ExitCode {
+    if !lab::has_root("lab scenarios", "the lab network namespaces") {
+        return ExitCode::SUCCESS;
+    }
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let scenarios: Vec<(&str, Scenario)> = SCENARIOS
+        .iter()
+        .copied()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
     let lab = LabCli::up();
-    reach(&lab);
-    pop_failure(&lab);
-    drain(&lab);
-    agent_crash(&lab);
-    link_failure(&lab, "pop-a", "the BGP hold timer (3 s)");
-    link_failure(&lab, "pop-b", "BFD (300 ms x 3)");
-    attack(&lab);
-    origin_outage(&lab);
-    flap(&lab);
-    lab.verify_origin_has_every_ack();
-    lab.down_leaves_nothing();
+    let mut results: Vec<(&str, bool)> = scenarios
+        .into_iter()
+        .map(|(name, scenario)| (name, passes(name, || scenario(&lab))))
+        .collect();
+    results.push((
+        "every_ack_at_the_origin",
+        passes("every_ack_at_the_origin", || {
+            lab.verify_origin_has_every_ack()
+        }),
+    ));
+    results.push((
+        "down_leaves_nothing",
+        passes("down_leaves_nothing", || lab.down_leaves_nothing()),
+    ));
+    let failed: Vec<&str> = results
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(name, _)| *name)
+        .collect();
+    let passed = results.len() - failed.len();
+    if !failed.is_empty() {
+        println!("\nfailures: {}", failed.join(", "));
+    }
+    // The summary line libtest prints, which lab/test.sh counts.
+    println!(
+        "\ntest result: {}. {passed} passed; {} failed; 0 ignored; 0 measured; 0 filtered out",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+type Scenario = fn(&LabCli);
+
+/// In the order they run: each leaves the lab as it found it.
+const SCENARIOS: &[(&str, Scenario)] = &[
+    ("reach", reach),
+    ("pop_failure", pop_failure),
+    ("drain", drain),
+    ("agent_crash", agent_crash),
+    ("link_failure_hold_timer", |lab| {
+        link_failure(lab, "pop-a", "the BGP hold timer (3 s)")
+    }),
+    ("link_failure_bfd", |lab| {
+        link_failure(lab, "pop-b", "BFD (300 ms x 3)")
+    }),
+    ("attack", attack),
+    ("origin_outage", origin_outage),
+    ("flap", flap),
+];
+
+/// Runs one check, printing `test NAME ... ok|FAILED` as libtest does.
+fn passes(name: &str, check: impl FnOnce()) -> bool {
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).is_ok();
+    println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
+    ok
 }
 
 /// Signed webhooks to the VIP land on both PoPs (ECMP) and each 2xx is at the origin once.
