@@ -15,12 +15,16 @@ use tokio::net::TcpListener;
 
 /// One answer of the admin server.
 pub struct Answer {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// The `Content-Type` header.
     pub content_type: &'static str,
+    /// The whole body.
     pub body: String,
 }
 
 impl Answer {
+    /// Any answer.
     pub fn new(status: StatusCode, content_type: &'static str, body: impl Into<String>) -> Self {
         Self {
             status,
@@ -34,6 +38,7 @@ impl Answer {
         Self::new(StatusCode::OK, OPENMETRICS, body)
     }
 
+    /// 404, naming the paths that exist.
     pub fn not_found(paths: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,

@@ -39,6 +39,7 @@ pub fn parse_yaml<R: serde::de::DeserializeOwned>(text: &str) -> Result<R, Vec<(
 pub struct FieldErrors(Vec<(String, String)>);
 
 impl FieldErrors {
+    /// Records that `field` (its path in the file) is wrong, and why.
     pub fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.0.push((field.into(), message.into()));
     }
@@ -56,7 +57,9 @@ impl FieldErrors {
 /// Every problem found in a config file.
 #[derive(Debug)]
 pub struct ConfigErrors {
+    /// The file read.
     pub file: PathBuf,
+    /// Every `(field path, message)`.
     pub errors: Vec<(String, String)>,
 }
 

@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
+/// Installs the subscriber; call once, first thing in `main`.
 pub fn init() {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))

@@ -22,11 +22,13 @@ pub fn encode(registry: &Registry) -> String {
 /// `reason="…"`: why something was refused, failed or retried.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Reason {
+    /// A stable, lower_snake_case word.
     pub reason: &'static str,
 }
 
 /// `result="…"`: how an operation ended (`ok`, `failed`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
+    /// `ok` or `failed`.
     pub result: &'static str,
 }

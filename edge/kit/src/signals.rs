@@ -3,13 +3,18 @@
 
 use tokio::signal::unix::{Signal as Stream, SignalKind, signal};
 
+/// Which signal arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Signal {
+    /// SIGTERM: drain, then stop.
     Terminate,
+    /// SIGINT: stop now.
     Interrupt,
+    /// SIGHUP: reload the config.
     Hangup,
 }
 
+/// The three signals, listened for from [`Signals::new`] on.
 pub struct Signals {
     terminate: Stream,
     interrupt: Stream,

@@ -1,6 +1,7 @@
 //! Types shared by the kernel-side XDP program and the user-side loader. Everything is
 //! `#[repr(C)]` and plain data, so both sides agree on the layout of every map.
 #![no_std]
+#![warn(missing_docs)]
 
 /// Why a packet was passed or dropped; the index into the counters map.
 #[repr(u32)]
@@ -28,9 +29,11 @@ pub enum Reason {
     IcmpRate = 9,
 }
 
+/// How many reasons there are: the length of the counters map.
 pub const REASONS: usize = 10;
 
 impl Reason {
+    /// Every reason, in counter-index order.
     pub const ALL: [Reason; REASONS] = [
         Reason::Pass,
         Reason::Allowlist,
@@ -44,6 +47,7 @@ impl Reason {
         Reason::IcmpRate,
     ];
 
+    /// The `reason` label in metrics.
     pub const fn name(self) -> &'static str {
         match self {
             Reason::Pass => "pass",
@@ -59,6 +63,7 @@ impl Reason {
         }
     }
 
+    /// Whether packets counted under this reason were dropped.
     pub const fn drops(self) -> bool {
         !matches!(self, Reason::Pass | Reason::Allowlist)
     }
@@ -68,7 +73,9 @@ impl Reason {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counter {
+    /// Packets seen.
     pub packets: u64,
+    /// Their bytes, link-layer headers included.
     pub bytes: u64,
 }
 
@@ -76,17 +83,25 @@ pub struct Counter {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
+    /// New TCP connections (SYN without ACK) per source per second.
     pub syn_per_second: u64,
+    /// SYNs a source may send at once.
     pub syn_burst: u64,
+    /// ICMP packets per second, all sources together.
     pub icmp_per_second: u64,
+    /// ICMP packets at once.
     pub icmp_burst: u64,
 }
 
 /// Bits of the `LISTS` word: which source lists hold entries. The program skips the
-/// lookups of an empty list (an LPM lookup is most of its per-packet cost).
+/// lookups of an empty list (an LPM lookup is most of its per-packet cost). This one:
+/// the IPv4 allowlist holds entries.
 pub const ALLOW_V4_SET: u32 = 1;
+/// The IPv6 allowlist holds entries.
 pub const ALLOW_V6_SET: u32 = 2;
+/// The IPv4 blocklist holds entries.
 pub const BLOCK_V4_SET: u32 = 4;
+/// The IPv6 blocklist holds entries.
 pub const BLOCK_V6_SET: u32 = 8;
 
 /// One protected (anycast) prefix, in network byte order split into 64-bit halves
@@ -95,20 +110,26 @@ pub const BLOCK_V6_SET: u32 = 8;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Prefix {
+    /// The prefix's address, masked.
     pub addr: [u64; 2],
+    /// Its netmask.
     pub mask: [u64; 2],
 }
 
+/// Protected prefixes per address family.
 pub const MAX_PROTECTED: u32 = 16;
 
 /// A token bucket: tokens scaled by [`TOKEN_SCALE`], last refill in ns.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bucket {
+    /// Tokens left, times [`TOKEN_SCALE`].
     pub tokens: u64,
+    /// When it was last refilled (`bpf_ktime_get_ns`); 0: never, so it starts full.
     pub last_ns: u64,
 }
 
+/// Fixed-point scale of the tokens: a thousandth of a token is the refill unit.
 pub const TOKEN_SCALE: u64 = 1000;
 
 /// Value stored in the port sets (presence is what matters).
@@ -117,6 +138,7 @@ pub const PRESENT: u8 = 1;
 /// The largest rate and burst the loader accepts; they keep the token arithmetic inside
 /// 64 bits (BPF has no 128-bit multiply).
 pub const MAX_RATE: u64 = 1_000_000;
+/// See [`MAX_RATE`].
 pub const MAX_BURST: u64 = 1_000_000_000;
 
 /// Refills and takes one token; pure, so both sides (and tests) share it. `per_second`
