@@ -96,9 +96,13 @@ pub(crate) struct Shared {
     high_water_bytes: u64,
     max_bytes: u64,
     failed: AtomicBool,
-    /// Set by the writer on ENOSPC, cleared by the next append that fits.
+    /// Set by the writer on ENOSPC; cleared once `resume_at_free` bytes are free.
     disk_full: AtomicBool,
-    /// Free space on the spool's filesystem that ends the disk-full state for readiness.
+    /// Free bytes that end the disk-full state: what was free right after the failed
+    /// write was undone, plus a segment. Without that margin the space the undone write
+    /// gave back lets the next small batch in, and the PoP flaps between ready and full.
+    resume_at_free: AtomicU64,
+    /// The margin: one segment.
     room_to_resume: u64,
     durable: Notify,
 }
@@ -126,6 +130,7 @@ impl Spool {
             max_bytes: settings.max_bytes,
             failed: AtomicBool::new(false),
             disk_full: AtomicBool::new(false),
+            resume_at_free: AtomicU64::new(0),
             room_to_resume: settings.segment_bytes,
             durable: Notify::new(),
         });
@@ -193,23 +198,13 @@ impl Spool {
     pub fn unready_reason(&self) -> Option<&'static str> {
         if self.shared.failed.load(Ordering::Acquire) {
             Some("spool failed (write or fsync error)")
-        } else if self.shared.disk_full.load(Ordering::Acquire) && !self.has_room_again() {
+        } else if !self.shared.has_room() {
             Some("spool disk full")
         } else if self.shared.bytes.load(Ordering::Acquire) >= self.shared.high_water_bytes {
             Some("spool over its high-water mark")
         } else {
             None
         }
-    }
-
-    /// While the disk is full, readiness asks the filesystem, since with no traffic (the
-    /// route withdrawn) no append would find out that space came back: ends the disk-full
-    /// state, and says so, once a segment's worth is free.
-    fn has_room_again(&self) -> bool {
-        let room = nix::sys::statvfs::statvfs(&self.shared.dir)
-            .map(|fs| fs.blocks_available() * fs.fragment_size())
-            .unwrap_or(0);
-        room >= self.shared.room_to_resume && self.shared.disk_full.swap(false, Ordering::AcqRel)
     }
 
     pub fn dir(&self) -> &std::path::Path {
@@ -233,6 +228,40 @@ impl Spool {
             let _ = task.await;
         }
     }
+}
+
+impl Shared {
+    /// Whether appends may go to disk: not while the disk is full. While it is, the
+    /// filesystem is asked, since with no traffic (the route withdrawn) no append would
+    /// find out that space came back (the backhaul delivered, or an operator freed some);
+    /// ends the disk-full state, and says so, once there is room again.
+    fn has_room(&self) -> bool {
+        if !self.disk_full.load(Ordering::Acquire) {
+            return true;
+        }
+        let room = free_bytes(&self.dir);
+        if room < self.resume_at_free.load(Ordering::Acquire) {
+            return false;
+        }
+        if self.disk_full.swap(false, Ordering::AcqRel) {
+            tracing::info!(dir = %self.dir.display(), free_bytes = room, "spool disk has room again; taking appends");
+        }
+        true
+    }
+
+    /// Enters the disk-full state, to be left once a segment more than now is free.
+    fn disk_filled(&self) -> bool {
+        let resume_at = free_bytes(&self.dir) + self.room_to_resume;
+        self.resume_at_free.store(resume_at, Ordering::Release);
+        !self.disk_full.swap(true, Ordering::AcqRel)
+    }
+}
+
+/// Free bytes on the filesystem under `dir` (0 when it cannot be asked).
+fn free_bytes(dir: &std::path::Path) -> u64 {
+    nix::sys::statvfs::statvfs(dir)
+        .map(|fs| fs.blocks_available() * fs.fragment_size())
+        .unwrap_or(0)
 }
 
 fn segment_path(dir: &std::path::Path, first_seq: u64) -> PathBuf {

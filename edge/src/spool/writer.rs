@@ -169,6 +169,13 @@ impl Writer {
 
     fn commit(&mut self, appends: &[NewEvent]) -> Vec<Result<Appended, AppendError>> {
         self.last_batch_len = appends.len();
+        if !self.shared.has_room() {
+            let refused = vec![Err(AppendError::DiskFull); appends.len()];
+            for outcome in &refused {
+                self.metrics.append(outcome);
+            }
+            return refused;
+        }
         let mut outcomes: Vec<Result<Appended, AppendError>> = Vec::with_capacity(appends.len());
         let mut batch_ids: HashMap<(&str, &str), u64> = HashMap::new();
         // Reused across batches: large short-lived buffers make glibc malloc consolidate.
@@ -250,8 +257,6 @@ impl Writer {
                 }
             }
             outcomes.resize_with(appends, || Err(refusal.clone()));
-        } else if self.shared.disk_full.swap(false, Ordering::AcqRel) {
-            tracing::info!(dir = %self.dir.display(), "spool disk has room again; taking appends");
         }
         for ((route, id), seq) in batch_ids {
             if seq < durable
@@ -302,7 +307,7 @@ impl Writer {
             self.shared.failed.store(true, Ordering::Release);
             return AppendError::Failed(failure);
         }
-        if !self.shared.disk_full.swap(true, Ordering::AcqRel) {
+        if self.shared.disk_filled() {
             tracing::error!(error = %error, dir = %self.dir.display(), "spool disk full: answering 503 and failing /readyz until space is freed");
         }
         AppendError::DiskFull
