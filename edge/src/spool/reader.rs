@@ -78,8 +78,14 @@ impl SpoolReader {
             if reached_unsynced || out.len() >= max {
                 break;
             }
-            // This segment is exhausted; move on if a newer one exists.
+            // This segment is exhausted as far as we measured it; move on if a newer one
+            // exists. The writer rolls only after the last flush into this one, so once
+            // the next exists this one's length is final, but it may have grown since we
+            // measured it (a flush, then a roll, while we read): then read the rest first,
+            // or those records would be skipped.
             match self.segment_after(first)? {
+                Some(_)
+                    if std::fs::metadata(segment_path(&self.shared.dir, first))?.len() > end => {}
                 Some(next) => self.position = Some((next, SEGMENT_MAGIC.len() as u64)),
                 None => break,
             }
