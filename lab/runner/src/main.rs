@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use lab::runner::Lab;
+use nix::sys::signal;
 
 #[derive(Parser)]
 #[command(
@@ -65,6 +66,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // `lab status | head` should end quietly, as other CLIs do: Rust ignores SIGPIPE, so
+    // the print to the closed pipe would panic.
+    // SAFETY: first thing in main, before any thread exists; SIG_DFL is always valid.
+    unsafe {
+        let _ = signal::signal(signal::Signal::SIGPIPE, signal::SigHandler::SigDfl);
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
