@@ -310,6 +310,25 @@ routes:
         assert_eq!(errors[0].0, "spool.max_batch_delay");
     }
 
+    /// Sizes near u64::MAX are field errors, not an overflow (found by the config fuzzer).
+    #[test]
+    fn huge_sizes_are_named_not_overflowed() {
+        let huge = u64::MAX;
+        let errors =
+            errors_of(&GOOD.replace("segment_bytes: 64MiB", &format!("segment_bytes: {huge}")));
+        assert!(
+            errors.iter().any(|(field, _)| field == "spool.max_bytes"),
+            "{errors:?}"
+        );
+        let errors = errors_of(&GOOD.replace("max_body: 1MiB", &format!("max_body: {huge}")));
+        assert!(
+            errors
+                .iter()
+                .any(|(field, _)| field == "routes[0].max_body"),
+            "{errors:?}"
+        );
+    }
+
     #[test]
     fn tls_identity_rules() {
         let errors = errors_of(&GOOD.replace("  self_signed: true\n", ""));

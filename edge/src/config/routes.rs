@@ -145,7 +145,7 @@ impl RawRoute {
         let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY).as_u64();
         if max_body == 0 {
             errors.add(at("max_body"), "must be greater than zero");
-        } else if max_body + MAX_RECORD_OVERHEAD > segment_bytes {
+        } else if max_body.saturating_add(MAX_RECORD_OVERHEAD) > segment_bytes {
             errors.add(
                 at("max_body"),
                 "must leave room for the record in one spool.segment_bytes",

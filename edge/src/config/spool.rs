@@ -60,7 +60,7 @@ impl RawSpool {
         if self.segment_bytes.as_u64() < 1 << 20 {
             errors.add("spool.segment_bytes", "must be at least 1MiB");
         }
-        if self.max_bytes.as_u64() < 2 * self.segment_bytes.as_u64() {
+        if self.max_bytes.as_u64() < self.segment_bytes.as_u64().saturating_mul(2) {
             errors.add(
                 "spool.max_bytes",
                 "must be at least twice spool.segment_bytes",
