@@ -249,6 +249,76 @@ pub fn router_next_hops() -> Vec<String> {
         .collect()
 }
 
+/// The router's next hops for the anycast address, sampled every ~20 ms on a thread
+/// until `stop`.
+pub struct RouterWatch {
+    watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<Vec<(u64, Vec<String>)>>,
+}
+
+/// What a `RouterWatch` saw: every sample, time-stamped in Unix ms.
+pub struct RouterLog {
+    samples: Vec<(u64, Vec<String>)>,
+}
+
+impl RouterWatch {
+    pub fn start() -> RouterWatch {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let watching = std::sync::Arc::new(AtomicBool::new(true));
+        let sampler = {
+            let watching = std::sync::Arc::clone(&watching);
+            std::thread::spawn(move || {
+                let mut samples = Vec::new();
+                while watching.load(Ordering::Relaxed) {
+                    let hops = router_next_hops();
+                    samples.push((now_ms(), hops));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                samples
+            })
+        };
+        RouterWatch { watching, sampler }
+    }
+
+    pub fn stop(self) -> RouterLog {
+        self.watching
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        RouterLog {
+            samples: self.sampler.join().unwrap(),
+        }
+    }
+}
+
+impl RouterLog {
+    pub fn fewest_paths(&self) -> usize {
+        self.samples
+            .iter()
+            .map(|(_, hops)| hops.len())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// When the set of next hops changed: from the last sample with the old set to the
+    /// first with the new one.
+    pub fn changes(&self) -> Vec<(u64, u64)> {
+        self.samples
+            .windows(2)
+            .filter(|pair| pair[0].1 != pair[1].1)
+            .map(|pair| (pair[0].0, pair[1].0))
+            .collect()
+    }
+
+    /// A request that got no answer while the router's ECMP set changed under it: its
+    /// packets were hashed to the other PoP mid-connection and reset there.
+    pub fn rehashed(&self, outcome: &Outcome) -> bool {
+        outcome.status.is_none()
+            && self
+                .changes()
+                .iter()
+                .any(|&(from, to)| outcome.sent_ms <= to && from <= outcome.done_ms)
+    }
+}
+
 pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
     outcomes
         .iter()
