@@ -4,7 +4,12 @@
 //! - Start withdrawn; announce after `rise` consecutive healthy rounds.
 //! - Withdraw after `fall` consecutive unhealthy rounds (a failing PoP is never kept
 //!   announced by dampening or hold-down: those only delay the way back).
-//! - After a withdraw, stay withdrawn at least `hold_down`.
+//! - After a withdraw, come back only once health has been unbroken for `hold_down`
+//!   (any failed round restarts the wait) and `hold_down` has passed since the withdraw.
+//!   A struggling edge passes checks for a few seconds between short failures; counting
+//!   `rise` rounds alone would re-announce in each of those stretches.
+//! - The wait stretches with the flap history: with the decayed penalty at k withdraws'
+//!   worth, the route needs k × `hold_down` of unbroken health (never less than 1 ×).
 //! - RFC 2439-style flap dampening: each withdraw adds `penalty`; the penalty halves every
 //!   `half_life`; at `suppress` re-announcing is suppressed until the penalty decays below
 //!   `reuse`, or `max_suppress` has passed.
@@ -69,6 +74,8 @@ pub struct Machine {
     ok_streak: u32,
     fail_streak: u32,
     withdrawn_at: Option<Time>,
+    /// Start of the current run of healthy rounds.
+    healthy_since: Option<Time>,
     penalty: f64,
     penalty_at: Time,
     suppressed_since: Option<Time>,
@@ -85,6 +92,7 @@ impl Machine {
             ok_streak: 0,
             fail_streak: 0,
             withdrawn_at: None,
+            healthy_since: None,
             penalty: 0.0,
             penalty_at: Time::ZERO,
             suppressed_since: None,
@@ -98,9 +106,11 @@ impl Machine {
         if healthy {
             self.ok_streak = self.ok_streak.saturating_add(1);
             self.fail_streak = 0;
+            self.healthy_since.get_or_insert(now);
         } else {
             self.fail_streak = self.fail_streak.saturating_add(1);
             self.ok_streak = 0;
+            self.healthy_since = None;
         }
         self.decide(now)
     }
@@ -192,10 +202,7 @@ impl Machine {
                     } else {
                         Why::Unhealthy
                     }
-                } else if self
-                    .withdrawn_at
-                    .is_some_and(|at| now < at + self.policy.hold_down)
-                {
+                } else if self.held_down(now) {
                     Why::HoldDown
                 } else if self.suppressed() {
                     Why::Suppressed
@@ -220,6 +227,25 @@ impl Machine {
             if self.penalty >= d.suppress && self.suppressed_since.is_none() {
                 self.suppressed_since = Some(now);
             }
+        }
+    }
+
+    /// Still inside the hold-down: too soon after the withdraw, or health not yet
+    /// unbroken for the (flap-stretched) hold-down.
+    fn held_down(&self, now: Time) -> bool {
+        let Some(withdrawn_at) = self.withdrawn_at else {
+            return false;
+        };
+        let healthy_since = self.healthy_since.unwrap_or(now);
+        now < withdrawn_at + self.policy.hold_down
+            || now < healthy_since + self.policy.hold_down.mul_f64(self.flap_stretch(now))
+    }
+
+    /// How many withdraws' worth of penalty is still remembered, at least 1.
+    fn flap_stretch(&self, now: Time) -> f64 {
+        match &self.policy.dampening {
+            Some(d) => (self.penalty(now) / d.penalty).max(1.0),
+            None => 1.0,
         }
     }
 
@@ -326,8 +352,40 @@ mod tests {
         run(&mut m, 300, 100, &[false, false]); // withdrawn at 400
         assert_eq!(run(&mut m, 500, 100, &[true; 10]), vec![]);
         assert_eq!(m.why(), Why::HoldDown);
-        assert_eq!(m.observe(ms(5_399), true), None);
-        assert_eq!(m.observe(ms(5_400), true), Some(Change::Announce));
+        // Healthy since 500: 5 s of unbroken health.
+        assert_eq!(m.observe(ms(5_499), true), None);
+        assert_eq!(m.observe(ms(5_500), true), Some(Change::Announce));
+    }
+
+    #[test]
+    fn a_failure_during_the_hold_down_restarts_it() {
+        let mut m = Machine::new(policy());
+        run(&mut m, 0, 100, &[true; 3]);
+        run(&mut m, 300, 100, &[false, false]); // withdrawn at 400
+        assert_eq!(run(&mut m, 500, 100, &[true; 40]), vec![]);
+        assert_eq!(m.observe(ms(4_500), false), None);
+        // 5 s after the withdraw, but healthy only since 4,600.
+        assert_eq!(run(&mut m, 4_600, 100, &[true; 50]), vec![]);
+        assert_eq!(m.why(), Why::HoldDown);
+        assert_eq!(m.observe(ms(9_600), true), Some(Change::Announce));
+    }
+
+    #[test]
+    fn a_second_withdraw_soon_after_stretches_the_hold_down() {
+        let mut m = Machine::new(policy());
+        run(&mut m, 0, 100, &[true; 3]);
+        run(&mut m, 300, 100, &[false, false]); // withdrawn at 400
+        let back = run(&mut m, 500, 100, &[true; 51]);
+        assert_eq!(back, vec![(5_500, Change::Announce)]);
+        run(&mut m, 5_600, 100, &[false, false]); // withdrawn again at 5,700
+        let stretch = m.penalty(ms(5_700)) / 1000.0;
+        assert!((1.8..2.0).contains(&stretch), "{stretch}");
+        let back = run(&mut m, 5_800, 100, &[true; 150]);
+        let (at, change) = back[0];
+        assert_eq!(change, Change::Announce);
+        // Health from 5,800 must outlast 5 s × the penalty, which decays meanwhile:
+        // about 7.9 s (one withdraw alone would need 5 s).
+        assert!((13_500..14_000).contains(&at), "back at {at}");
     }
 
     #[test]
@@ -448,6 +506,72 @@ mod tests {
             assert!(changes <= 2, "trial {trial}: {changes} changes");
         }
     }
+
+    /// Short failures (0.1–1.5 s) between healthy stretches of 1–4 s, for a minute,
+    /// checked at the agent's default intervals and policy: the first real failure is
+    /// withdrawn within 1 s, and the route changes at most twice.
+    #[test]
+    fn irregular_flapping_for_a_minute_makes_at_most_two_changes() {
+        let config = crate::config::Config::parse(AGENT_DEFAULTS).unwrap();
+        let mut rng = 0x9E3779B97F4A7C15u64;
+        let mut next = move |low: u64, high: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            low + rng % (high - low + 1)
+        };
+        for trial in 0..200 {
+            let mut m = Machine::new(config.policy());
+            let mut edges = vec![(0u64, true)];
+            let mut t = 10_000;
+            while t < 70_000 {
+                edges.push((t, false));
+                t += next(100, 1_500);
+                edges.push((t, true));
+                t += next(1_000, 4_000);
+            }
+            let health = |t: u64| edges.iter().rev().find(|(at, _)| *at <= t).unwrap().1;
+            let (mut t, mut changes, mut first_withdraw) = (0u64, 0, None);
+            while t < 70_000 {
+                if let Some(change) = m.observe(ms(t), health(t)) {
+                    if t >= 10_000 {
+                        changes += 1;
+                    }
+                    if change == Change::Withdraw && first_withdraw.is_none() {
+                        first_withdraw = Some(t);
+                    }
+                }
+                let step = if m.change_pending() {
+                    config.fast_interval
+                } else {
+                    config.interval
+                };
+                t += step.as_millis() as u64;
+            }
+            assert!(changes <= 2, "trial {trial}: {changes} changes");
+            // The first failure that lasts `fall` fast rounds past one interval.
+            let lasting = edges
+                .windows(2)
+                .find(|w| !w[0].1 && w[1].0 - w[0].0 >= 800)
+                .map(|w| w[0].0);
+            if let Some(down) = lasting {
+                assert!(
+                    first_withdraw.is_some_and(|at| at <= down + 1_000),
+                    "trial {trial}: down at {down}, first withdraw {first_withdraw:?}"
+                );
+            }
+        }
+    }
+
+    /// The agent's defaults: everything optional left out.
+    const AGENT_DEFAULTS: &str = r#"
+pop: fra1
+prefixes: ["192.0.2.10/32"]
+state_dir: /var/lib/bgp-agent
+admin_listen: 127.0.0.1:9181
+checks: [{ name: edge, kind: http, url: "http://127.0.0.1:9180/readyz" }]
+speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/bird.ctl }
+"#;
 
     proptest! {
         /// Whatever the sequence, the route is never announced while the last `fall`
