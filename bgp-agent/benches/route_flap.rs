@@ -2,17 +2,19 @@
 //! namespaces, an upstream BIRD, `ip monitor route` there):
 //!
 //! - health down → upstream FIB delete (withdraw latency), median;
-//! - 60 s of jittered 1 Hz / 50 % readiness flapping (half-periods 0.25–0.75 s): FIB
-//!   changes and BGP UPDATEs the upstream received;
+//! - 60 s of each flapping pattern, FIB changes and BGP UPDATEs the upstream received:
+//!   jittered 1 Hz / 50 % (half-periods 0.25–0.75 s), and irregular (failures of
+//!   0.1–1.5 s between healthy stretches of 1–4 s, as a struggling edge looks);
 //! - for our agent, decision → upstream FIB change (from its log), median.
 //!
-//! Run as root: `cargo bench -p bgp-agent --bench route_flap` (about 8 minutes).
+//! Run as root: `cargo bench -p bgp-agent --bench route_flap` (about 12 minutes).
 //! FLAP_SECONDS and REPS shorten it.
 
 #[path = "../tests/lab/mod.rs"]
 mod lab;
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -99,11 +101,38 @@ impl Drop for Monitor {
     }
 }
 
+/// How readiness flaps: the lengths of its down and up stretches.
+#[derive(Clone, Copy)]
+enum Pattern {
+    Jittered,
+    Irregular,
+}
+
+impl Pattern {
+    const ALL: [Pattern; 2] = [Pattern::Jittered, Pattern::Irregular];
+
+    fn name(self) -> &'static str {
+        match self {
+            Pattern::Jittered => "jittered",
+            Pattern::Irregular => "irregular",
+        }
+    }
+
+    /// (shortest, longest) stretch in ms while up and while down.
+    fn stretches(self, up: bool) -> (u64, u64) {
+        match (self, up) {
+            (Pattern::Jittered, _) => (250, 750),
+            (Pattern::Irregular, true) => (1_000, 4_000),
+            (Pattern::Irregular, false) => (100, 1_500),
+        }
+    }
+}
+
 struct Row {
     name: String,
     withdraw_ms: Vec<f64>,
-    flap_fib_changes: usize,
-    flap_updates: u64,
+    /// Per pattern: FIB changes and UPDATEs.
+    flaps: Vec<(usize, u64)>,
     decision_to_fib_ms: Vec<f64>,
 }
 
@@ -140,14 +169,23 @@ fn main() {
             reps,
             Duration::from_secs(flap_seconds),
         );
+        let flaps: Vec<String> = Pattern::ALL
+            .iter()
+            .zip(&row.flaps)
+            .map(|(pattern, (changes, updates))| {
+                format!(
+                    "{}: {changes} FIB changes, {updates} UPDATEs",
+                    pattern.name()
+                )
+            })
+            .collect();
         println!(
-            "{:<40} withdraw median {:>7.0} ms (n={})  flap {}s: {} FIB changes, {} UPDATEs  decision->FIB median {}",
+            "{:<40} withdraw median {:>7.0} ms (n={})  flap {}s {}  decision->FIB median {}",
             row.name,
             median(&row.withdraw_ms),
             row.withdraw_ms.len(),
             flap_seconds,
-            row.flap_fib_changes,
-            row.flap_updates,
+            flaps.join("; "),
             if row.decision_to_fib_ms.is_empty() {
                 "n/a".into()
             } else {
@@ -162,7 +200,7 @@ fn main() {
     }
 }
 
-fn run(contender: Contender, tag: &str, reps: usize, flap: Duration) -> Row {
+fn run(contender: Contender, tag: &str, reps: usize, flap_length: Duration) -> Row {
     let mut lab = Lab::new(&format!("f{tag}"));
     lab.start_upstream_bird();
     let flag = lab.path("ready");
@@ -194,10 +232,34 @@ fn run(contender: Contender, tag: &str, reps: usize, flap: Duration) -> Row {
     stop(&mut lab, pid);
     lab.wait_vip(false, Duration::from_secs(15));
 
-    let (pid, _) = start(&mut lab, contender, "", "b");
-    lab.wait_vip(true, Duration::from_secs(60))
-        .expect("announced with defaults");
-    std::thread::sleep(Duration::from_secs(2));
+    // Each pattern starts from a fresh process with the defaults (no flap history).
+    let mut flaps = Vec::new();
+    for (i, pattern) in Pattern::ALL.into_iter().enumerate() {
+        let (pid, _) = start(&mut lab, contender, "", &format!("flap{i}"));
+        lab.wait_vip(true, Duration::from_secs(60))
+            .expect("announced with defaults");
+        std::thread::sleep(Duration::from_secs(2));
+        flaps.push(flap(&lab, &monitor, &flag, pattern, flap_length));
+        stop(&mut lab, pid);
+        std::fs::write(&flag, "").unwrap();
+        lab.wait_vip(false, Duration::from_secs(15));
+    }
+    Row {
+        name: contender.name(),
+        withdraw_ms,
+        flaps,
+        decision_to_fib_ms,
+    }
+}
+
+/// Flaps readiness in `pattern` for `length`: the FIB changes and UPDATEs upstream.
+fn flap(
+    lab: &Lab,
+    monitor: &Monitor,
+    flag: &Path,
+    pattern: Pattern,
+    length: Duration,
+) -> (usize, u64) {
     let updates_before = lab.upstream_updates();
     let start_at = SystemTime::now();
     let mut rng = 0x9E3779B97F4A7C15u64
@@ -206,31 +268,27 @@ fn run(contender: Contender, tag: &str, reps: usize, flap: Duration) -> Row {
             .unwrap()
             .as_nanos() as u64;
     let mut up = true;
-    while start_at.elapsed().unwrap() < flap {
+    while start_at.elapsed().unwrap() < length {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
         up = !up;
         if up {
-            std::fs::write(&flag, "").unwrap()
+            std::fs::write(flag, "").unwrap()
         } else {
-            std::fs::remove_file(&flag).unwrap()
+            std::fs::remove_file(flag).unwrap()
         }
-        std::thread::sleep(Duration::from_millis(250 + rng % 501));
+        let (shortest, longest) = pattern.stretches(up);
+        std::thread::sleep(Duration::from_millis(
+            shortest + rng % (longest - shortest + 1),
+        ));
     }
     let end_at = SystemTime::now();
-    let flap_updates = lab.upstream_updates() - updates_before;
+    let updates = lab.upstream_updates() - updates_before;
     // Let the last BGP change reach the kernel before counting FIB events.
     std::thread::sleep(Duration::from_millis(200));
-    let flap_fib_changes = monitor.count_between(start_at, end_at + Duration::from_millis(200));
-    stop(&mut lab, pid);
-    Row {
-        name: contender.name(),
-        withdraw_ms,
-        flap_fib_changes,
-        flap_updates,
-        decision_to_fib_ms,
-    }
+    let changes = monitor.count_between(start_at, end_at + Duration::from_millis(200));
+    (changes, updates)
 }
 
 /// Starts the contender; returns the PID to stop and the log that holds the agent's lines.
