@@ -314,11 +314,6 @@ fn start(lab: &mut Lab, contender: Contender, extra: &str, run: &str) -> (u32, S
             } else {
                 let include = lab.path("anycast.conf");
                 if !include.exists() {
-                    std::fs::write(
-                        &include,
-                        "define ANYCAST_V4 = [ 0.0.0.0/32 ];\ndefine ANYCAST_V6 = [ ::/128 ];\n",
-                    )
-                    .unwrap();
                     lab.start_pop_bird(&include);
                 }
                 format!(

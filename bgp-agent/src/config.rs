@@ -34,6 +34,10 @@ pub struct Config {
     pub dampening: Option<DampeningConfig>,
     #[serde(default = "default_true")]
     pub withdraw_on_exit: bool,
+    /// RFC 8326: before a drain or exit withdraws, announce with GRACEFUL_SHUTDOWN
+    /// (65535:0) so upstreams move traffic away first. `null`: withdraw at once.
+    #[serde(default = "default_graceful_shutdown")]
+    pub graceful_shutdown: Option<GracefulShutdownConfig>,
     pub checks: Vec<CheckConfig>,
     pub speaker: SpeakerConfig,
     pub guard: Option<GuardConfig>,
@@ -52,6 +56,18 @@ pub struct DampeningConfig {
     pub reuse: f64,
     #[serde(default = "default_max_suppress", with = "humantime_serde")]
     pub max_suppress: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GracefulShutdownConfig {
+    /// How long the route stays announced with 65535:0 before the withdraw.
+    #[serde(default = "default_graceful_wait", with = "humantime_serde")]
+    pub wait: Duration,
+    /// Also for health withdraws. Off by default: a failing edge is an emergency, and
+    /// traffic should leave it now.
+    #[serde(default)]
+    pub on_health_withdraw: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -286,6 +302,14 @@ impl Config {
                 "needs reuse < suppress, a positive penalty and half_life",
             );
         }
+        if let Some(g) = &self.graceful_shutdown
+            && (g.wait.is_zero() || g.wait > MAX_GRACEFUL_WAIT)
+        {
+            fail(
+                "graceful_shutdown.wait",
+                "must be positive and at most 1m (use `graceful_shutdown: null` to withdraw at once)",
+            );
+        }
         if !self.checks.iter().any(|c| c.class == CheckClass::Local) {
             fail(
                 "checks",
@@ -343,6 +367,17 @@ fn default_reuse() -> f64 {
 fn default_max_suppress() -> Duration {
     Duration::from_secs(300)
 }
+fn default_graceful_shutdown() -> Option<GracefulShutdownConfig> {
+    Some(GracefulShutdownConfig {
+        wait: default_graceful_wait(),
+        on_health_withdraw: false,
+    })
+}
+fn default_graceful_wait() -> Duration {
+    Duration::from_secs(5)
+}
+/// A drain or a stop waits this long at most: within systemd's 90 s stop timeout.
+const MAX_GRACEFUL_WAIT: Duration = Duration::from_secs(60);
 fn default_true() -> bool {
     true
 }

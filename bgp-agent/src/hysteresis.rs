@@ -148,6 +148,11 @@ impl Machine {
         self.transitions
     }
 
+    /// The last `fall` rounds all failed.
+    pub fn failing(&self) -> bool {
+        self.fail_streak >= self.policy.fall
+    }
+
     /// True when the next round decides a pending change (the agent re-checks faster).
     pub fn change_pending(&self) -> bool {
         match self.route {

@@ -45,6 +45,7 @@ pub struct Metrics {
     pub penalty: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub suppressed: Gauge,
     pub drained: Gauge,
+    pub graceful_shutdown: Gauge,
     pub guard_blocked: Counter,
     pub speaker_seconds: Family<SpeakerLabel, Histogram>,
     pub speaker_errors: Family<SpeakerLabel, Counter>,
@@ -68,6 +69,7 @@ impl Metrics {
             penalty: Gauge::default(),
             suppressed: Gauge::default(),
             drained: Gauge::default(),
+            graceful_shutdown: Gauge::default(),
             guard_blocked: Counter::default(),
             speaker_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 14))
@@ -101,6 +103,11 @@ impl Metrics {
             "drained",
             "1 while drained by an operator",
             m.drained.clone(),
+        );
+        registry.register(
+            "graceful_shutdown",
+            "1 while the prefixes are announced with GRACEFUL_SHUTDOWN (65535:0) before a withdraw",
+            m.graceful_shutdown.clone(),
         );
         registry.register(
             "guard_blocked",

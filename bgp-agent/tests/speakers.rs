@@ -27,6 +27,18 @@ fn wait_up(lab: &Lab, what: &str) -> Duration {
         })
 }
 
+/// Polls `condition` every 10 ms for up to `limit`; how long it took to hold.
+fn wait_for(limit: Duration, condition: impl Fn() -> bool) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if condition() {
+            return Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
 fn wait_down(lab: &Lab, what: &str, limit: Duration) -> Duration {
     lab.wait_vip(false, limit)
         .unwrap_or_else(|| panic!("{what}: VIP still at the upstream after {limit:?}"))
@@ -52,14 +64,29 @@ fn exercise_health_and_drain(
     assert!(!lab.upstream_has_vip(), "back before the 2 s hold-down");
     wait_up(lab, "recovered");
 
+    // A drain first re-announces with GRACEFUL_SHUTDOWN (the upstream still routes to
+    // the PoP, at local preference 0), then withdraws after the wait.
     let drained = Instant::now();
-    let out = lab.pop_exec(&[agent_bin(), "drain", "--config", config.to_str().unwrap()]);
+    let drain = std::thread::scope(|scope| {
+        let cli = scope
+            .spawn(|| lab.pop_exec(&[agent_bin(), "drain", "--config", config.to_str().unwrap()]));
+        let tagged = wait_for(Duration::from_secs(1), || {
+            lab.upstream_sees_graceful_shutdown() && lab.upstream_has_vip()
+        });
+        assert!(
+            tagged.is_some(),
+            "no 65535:0 at the upstream before the withdraw"
+        );
+        (cli.join().unwrap(), tagged.unwrap())
+    });
+    let (out, tagged) = drain;
     assert!(out.contains("drained"), "{out}");
     wait_down(lab, "drain", Duration::from_secs(2));
+    let took = drained.elapsed();
+    let wait = Duration::from_millis(GRACEFUL_WAIT_MS);
     assert!(
-        drained.elapsed() < Duration::from_secs(1),
-        "drain took {:?}",
-        drained.elapsed()
+        took >= wait && took < wait + Duration::from_secs(1),
+        "drain took {took:?} (graceful shutdown {wait:?}, tagged after {tagged:?})"
     );
     std::thread::sleep(Duration::from_millis(2500));
     assert!(
@@ -188,14 +215,24 @@ fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
             .contains("192.0.2.10/32")
     );
 
+    // SIGTERM: 65535:0 first, the withdraw after the wait, then the exit.
     lab.kill(agent, Signal::SIGTERM);
+    assert!(
+        wait_for(Duration::from_secs(1), || lab
+            .upstream_sees_graceful_shutdown())
+        .is_some(),
+        "no 65535:0 at the upstream after SIGTERM"
+    );
     wait_down(&lab, "agent SIGTERM", Duration::from_secs(3));
     assert!(
         lab.wait_exit(agent, Duration::from_secs(3)),
         "agent did not exit"
     );
     let log = lab.log("agent.log");
-    assert!(log.contains("withdrawing before exit"), "{log}");
+    assert!(
+        log.contains("graceful shutdown before exit") && log.contains("withdrawing before exit"),
+        "{log}"
+    );
 }
 
 /// The agent as the lab and the package run it: under a supervisor that runs
@@ -310,11 +347,6 @@ fn bird_pop(lab: &mut Lab) -> std::path::PathBuf {
     std::fs::write(&flag, "").unwrap();
     lab.start_fake_edge(EDGE_PORT, &flag);
     let include = lab.path("anycast.conf");
-    std::fs::write(
-        &include,
-        "define ANYCAST_V4 = [ 0.0.0.0/32 ];\ndefine ANYCAST_V6 = [ ::/128 ];\n",
-    )
-    .unwrap();
     let socket = lab.start_pop_bird(&include);
     let speaker = format!(
         "{{ kind: bird, include_file: {}, socket: {} }}",

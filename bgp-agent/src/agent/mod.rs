@@ -1,5 +1,6 @@
 //! `bgp-agent run`: every round, run the checks, feed the hysteresis, consult the peer
-//! guard before a health withdraw, and make the speaker carry the decision. Serves
+//! guard before a health withdraw, and make the speaker carry the decision (through a
+//! GRACEFUL_SHUTDOWN announcement first where that applies, on exit too). Serves
 //! `/status` (JSON) and `/metrics` on the admin listener. SIGHUP re-reads the config:
 //! checks, timers and the guard change live; an invalid file is refused and the running
 //! config kept.
@@ -18,18 +19,20 @@ use edge_kit::signals::{Signal, Signals};
 use crate::checks::{self, Outcome};
 use crate::config::{CheckClass, Config};
 use crate::guard;
-use crate::hysteresis::{Change, Route, Why};
+use crate::hysteresis::{Change, Why};
 use crate::metrics::{
     ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, SpeakerLabel,
 };
-use crate::speaker::Speaker;
+use crate::speaker::{Advert, Speaker};
 use round::Agent;
 
 /// What `bgp-agent status` and the peer guard read.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Status {
     pub pop: String,
-    pub route: Route,
+    /// What BGP carries: `announced`, `graceful_shutdown` (on the way out) or
+    /// `withdrawn`. The peer guard counts only `announced`.
+    pub route: Advert,
     pub why: Why,
     pub penalty: f64,
     pub suppressed: bool,
@@ -65,15 +68,19 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         status: Arc::clone(&status),
         prefixes: config.prefixes.clone(),
     };
-    announcer.carry(Route::Withdrawn).await;
+    announcer.carry(Advert::Withdrawn).await;
 
-    let mut agent = Agent::new(config.policy(), config.guard.is_some());
+    let mut agent = Agent::new(
+        config.policy(),
+        config.guard.is_some(),
+        config.graceful_shutdown.clone(),
+    );
     let mut checks = CheckRunner::new(config.checks.len());
     let origin = Instant::now();
     let mut signals = Signals::new()?;
     tracing::info!(prefixes = ?config.prefixes, speaker = announcer.speaker.kind(), "bgp-agent started withdrawn");
     loop {
-        let pending = agent.machine().change_pending();
+        let pending = agent.change_pending();
         let outcomes = checks.run_due(&config, pending, &metrics).await;
         let now = origin.elapsed();
         let mut round = agent.round(
@@ -94,10 +101,10 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         if let Some(change) = round.change {
             record_change(change, &agent, now, &metrics, &status);
         }
-        announcer.carry(agent.route()).await;
+        announcer.carry(agent.advert()).await;
         publish(&agent, now, outcomes, &metrics, &status);
 
-        let pause = if agent.machine().change_pending() {
+        let pause = if agent.change_pending() {
             config.fast_interval
         } else {
             config.interval
@@ -111,13 +118,30 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         }
         if let Some(reloaded) = reload(&path, &config, &metrics) {
             config = reloaded;
-            agent.reconfigure(config.policy(), config.guard.is_some());
+            agent.reconfigure(
+                config.policy(),
+                config.guard.is_some(),
+                config.graceful_shutdown.clone(),
+            );
             checks = CheckRunner::new(config.checks.len());
         }
     }
     if config.withdraw_on_exit {
+        if let Some(wait) = agent.exit_wait(origin.elapsed()) {
+            tracing::info!(
+                ?wait,
+                "graceful shutdown before exit: announcing with 65535:0"
+            );
+            announcer.carry(Advert::GracefulShutdown).await;
+            publish_route(Advert::GracefulShutdown, &status);
+            // A second signal cuts the wait short.
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = signals.next() => tracing::warn!("second signal: withdrawing now"),
+            }
+        }
         tracing::info!("withdrawing before exit");
-        announcer.carry(Route::Withdrawn).await;
+        announcer.carry(Advert::Withdrawn).await;
     }
     tracing::info!("bgp-agent stopped");
     Ok(())
@@ -127,7 +151,7 @@ impl Status {
     fn starting(pop: &str, speaker: &'static str) -> Self {
         Status {
             pop: pop.to_owned(),
-            route: Route::Withdrawn,
+            route: Advert::Withdrawn,
             why: Why::Starting,
             penalty: 0.0,
             suppressed: false,
@@ -186,7 +210,7 @@ fn publish(
     let machine = agent.machine();
     {
         let mut s = status.lock().expect("status lock");
-        s.route = machine.route();
+        s.route = agent.advert();
         s.why = machine.why();
         s.penalty = machine.penalty(now);
         s.suppressed = machine.suppressed();
@@ -197,6 +221,10 @@ fn publish(
     metrics.penalty.set(machine.penalty(now));
     metrics.suppressed.set(machine.suppressed() as i64);
     metrics.drained.set(agent.drained() as i64);
+}
+
+fn publish_route(advert: Advert, status: &Mutex<Status>) {
+    status.lock().expect("status lock").route = advert;
 }
 
 /// Re-reads the config file: `Some` new config to run with (restart-only fields kept
@@ -243,46 +271,49 @@ fn reload(path: &Path, running: &Config, metrics: &Metrics) -> Option<Config> {
 struct Announcer {
     speaker: Speaker,
     /// What the speaker last confirmed.
-    applied: Option<Route>,
+    applied: Option<Advert>,
     metrics: Arc<Metrics>,
     status: Arc<Mutex<Status>>,
     prefixes: Vec<ipnet::IpNet>,
 }
 
 impl Announcer {
-    async fn carry(&mut self, route: Route) {
-        if self.applied == Some(route) {
+    async fn carry(&mut self, advert: Advert) {
+        if self.applied == Some(advert) {
             return;
         }
         let started = Instant::now();
         let label = SpeakerLabel {
             speaker: self.speaker.kind(),
         };
-        match self.speaker.apply(route).await {
+        match self.speaker.apply(advert).await {
             Ok(()) => {
                 self.metrics
                     .speaker_seconds
                     .get_or_create(&label)
                     .observe(started.elapsed().as_secs_f64());
-                self.applied = Some(route);
+                self.applied = Some(advert);
                 for prefix in &self.prefixes {
                     self.metrics
                         .announced
                         .get_or_create(&PrefixLabel {
                             prefix: prefix.to_string(),
                         })
-                        .set((route == Route::Announced) as i64);
+                        .set((advert != Advert::Withdrawn) as i64);
                 }
+                self.metrics
+                    .graceful_shutdown
+                    .set((advert == Advert::GracefulShutdown) as i64);
                 self.status.lock().expect("status lock").last_speaker_error = None;
                 tracing::info!(
-                    ?route,
+                    ?advert,
                     ms = started.elapsed().as_secs_f64() * 1e3,
                     "speaker confirmed"
                 );
             }
             Err(e) => {
                 self.metrics.speaker_errors.get_or_create(&label).inc();
-                tracing::error!(?route, error = %format!("{e:#}"), "speaker failed; retrying next round");
+                tracing::error!(?advert, error = %format!("{e:#}"), "speaker failed; retrying next round");
                 self.status.lock().expect("status lock").last_speaker_error =
                     Some(format!("{e:#}"));
             }

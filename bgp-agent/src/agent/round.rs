@@ -1,14 +1,26 @@
 //! One round of the agent's decisions, without I/O: the drain flag and local health go
 //! in, with the time; out comes the route change to carry out, and whether the peer
 //! guard must be asked first (a health withdraw while other PoPs may be down too).
+//!
+//! A withdraw for a drain (and, if configured, for health) is graceful: the route stays
+//! announced with GRACEFUL_SHUTDOWN for `graceful_shutdown.wait`, then goes. A health
+//! failure during a drain's wait, or the wait's end, withdraws; an undrain before then
+//! announces plainly again.
 
+use std::time::Duration;
+
+use crate::config::GracefulShutdownConfig;
 use crate::hysteresis::{Change, Machine, Policy, Route, Time, Why};
+use crate::speaker::Advert;
 
 pub struct Agent {
     machine: Machine,
     drained: bool,
     /// Whether a peer guard is configured: health withdraws then need its word.
     guarded: bool,
+    graceful: Option<GracefulShutdownConfig>,
+    /// A graceful shutdown under way: the withdraw is due then.
+    leaving_until: Option<Time>,
 }
 
 /// What one round decided.
@@ -22,11 +34,13 @@ pub struct Round {
 }
 
 impl Agent {
-    pub fn new(policy: Policy, guarded: bool) -> Self {
+    pub fn new(policy: Policy, guarded: bool, graceful: Option<GracefulShutdownConfig>) -> Self {
         Self {
             machine: Machine::new(policy),
             drained: false,
             guarded,
+            graceful,
+            leaving_until: None,
         }
     }
 
@@ -38,6 +52,16 @@ impl Agent {
             change = self.machine.set_drained(now, drain_requested);
         }
         let change = change.or(self.machine.observe(now, healthy));
+        self.leaving_until = match (change, self.leaving_until) {
+            (Some(Change::Withdraw), _) => self
+                .graceful
+                .as_ref()
+                .filter(|g| self.drained || g.on_health_withdraw)
+                .map(|g| now + g.wait),
+            (Some(Change::Announce), _) => None,
+            (None, Some(until)) if now >= until || (self.drained && self.machine.failing()) => None,
+            (None, leaving) => leaving,
+        };
         Round {
             change,
             drain_changed,
@@ -48,16 +72,44 @@ impl Agent {
     /// The guard refused this round's withdraw: the route stays announced.
     pub fn veto(&mut self) {
         self.machine.withdraw_vetoed();
+        self.leaving_until = None;
     }
 
-    /// A reload: new timers and thresholds, and whether a guard is now configured.
-    pub fn reconfigure(&mut self, policy: Policy, guarded: bool) {
+    /// A reload: new timers and thresholds, whether a guard is now configured, and the
+    /// graceful shutdown (a wait under way keeps its end).
+    pub fn reconfigure(
+        &mut self,
+        policy: Policy,
+        guarded: bool,
+        graceful: Option<GracefulShutdownConfig>,
+    ) {
         self.machine.set_policy(policy);
         self.guarded = guarded;
+        self.graceful = graceful;
     }
 
-    pub fn route(&self) -> Route {
-        self.machine.route()
+    /// What BGP should carry now.
+    pub fn advert(&self) -> Advert {
+        match (self.machine.route(), self.leaving_until) {
+            (Route::Announced, _) => Advert::Announced,
+            (Route::Withdrawn, Some(_)) => Advert::GracefulShutdown,
+            (Route::Withdrawn, None) => Advert::Withdrawn,
+        }
+    }
+
+    /// True when the next round may change what BGP carries (the agent re-checks faster).
+    pub fn change_pending(&self) -> bool {
+        self.machine.change_pending() || self.leaving_until.is_some()
+    }
+
+    /// On exit: how long to announce with GRACEFUL_SHUTDOWN before the last withdraw
+    /// (`None`: withdraw at once). A wait under way keeps its end.
+    pub fn exit_wait(&self, now: Time) -> Option<Duration> {
+        match self.advert() {
+            Advert::Announced => self.graceful.as_ref().map(|g| g.wait),
+            Advert::GracefulShutdown => self.leaving_until.map(|until| until.saturating_sub(now)),
+            Advert::Withdrawn => None,
+        }
     }
 
     pub fn why(&self) -> Why {
@@ -88,12 +140,23 @@ mod tests {
         }
     }
 
+    fn graceful(on_health_withdraw: bool) -> Option<GracefulShutdownConfig> {
+        Some(GracefulShutdownConfig {
+            wait: Duration::from_secs(2),
+            on_health_withdraw,
+        })
+    }
+
     fn ms(n: u64) -> Time {
         Duration::from_millis(n)
     }
 
     fn announced(guarded: bool) -> Agent {
-        let mut agent = Agent::new(policy(), guarded);
+        announced_with(guarded, None)
+    }
+
+    fn announced_with(guarded: bool, graceful: Option<GracefulShutdownConfig>) -> Agent {
+        let mut agent = Agent::new(policy(), guarded, graceful);
         agent.round(ms(0), true, false);
         assert_eq!(
             agent.round(ms(100), true, false).change,
@@ -121,7 +184,7 @@ mod tests {
         agent.round(ms(200), false, false);
         agent.round(ms(300), false, false);
         agent.veto();
-        assert_eq!(agent.route(), Route::Announced);
+        assert_eq!(agent.advert(), Advert::Announced);
     }
 
     #[test]
@@ -142,5 +205,96 @@ mod tests {
             changes.extend(round.change);
         }
         assert_eq!(changes, [Change::Announce]);
+    }
+
+    /// Each round's advert from `from` ms in 100 ms steps.
+    fn adverts(agent: &mut Agent, from: u64, rounds: &[(bool, bool)]) -> Vec<Advert> {
+        rounds
+            .iter()
+            .enumerate()
+            .map(|(i, &(healthy, drained))| {
+                agent.round(ms(from + i as u64 * 100), healthy, drained);
+                agent.advert()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_drain_announces_graceful_shutdown_for_the_wait_then_withdraws() {
+        let mut agent = announced_with(false, graceful(false));
+        let round = agent.round(ms(200), true, true);
+        assert_eq!(round.change, Some(Change::Withdraw));
+        assert_eq!(agent.advert(), Advert::GracefulShutdown);
+        assert!(agent.change_pending());
+        let seen = adverts(&mut agent, 300, &[(true, true); 20]);
+        // Due at 2,200: the rounds at 300..2,100 keep it, 2,200 withdraws.
+        assert!(
+            seen[..19].iter().all(|a| *a == Advert::GracefulShutdown),
+            "{seen:?}"
+        );
+        assert_eq!(seen[19], Advert::Withdrawn);
+        assert!(!agent.change_pending());
+    }
+
+    #[test]
+    fn an_undrain_during_the_wait_announces_plainly_again() {
+        let mut agent = announced_with(false, graceful(false));
+        agent.round(ms(200), true, true);
+        let round = agent.round(ms(300), true, false);
+        assert_eq!(round.change, Some(Change::Announce));
+        assert_eq!(agent.advert(), Advert::Announced);
+        assert_eq!(
+            adverts(&mut agent, 400, &[(true, false); 30]),
+            [Advert::Announced; 30]
+        );
+    }
+
+    #[test]
+    fn a_health_failure_during_a_drain_wait_withdraws_at_once() {
+        let mut agent = announced_with(false, graceful(false));
+        agent.round(ms(200), true, true);
+        // fall = 2 failing rounds: the edge cannot serve what the community still draws.
+        let seen = adverts(&mut agent, 300, &[(false, true), (false, true)]);
+        assert_eq!(seen, [Advert::GracefulShutdown, Advert::Withdrawn]);
+    }
+
+    #[test]
+    fn health_withdraws_are_immediate_unless_configured() {
+        let mut agent = announced_with(false, graceful(false));
+        agent.round(ms(200), false, false);
+        assert_eq!(
+            agent.round(ms(300), false, false).change,
+            Some(Change::Withdraw)
+        );
+        assert_eq!(agent.advert(), Advert::Withdrawn);
+
+        let mut agent = announced_with(false, graceful(true));
+        agent.round(ms(200), false, false);
+        agent.round(ms(300), false, false);
+        assert_eq!(agent.advert(), Advert::GracefulShutdown);
+        let seen = adverts(&mut agent, 400, &[(false, false); 20]);
+        assert_eq!(seen[18], Advert::GracefulShutdown);
+        assert_eq!(seen[19], Advert::Withdrawn);
+    }
+
+    #[test]
+    fn a_vetoed_graceful_withdraw_stays_announced() {
+        let mut agent = announced_with(true, graceful(true));
+        agent.round(ms(200), false, false);
+        assert!(agent.round(ms(300), false, false).ask_guard);
+        agent.veto();
+        assert_eq!(agent.advert(), Advert::Announced);
+    }
+
+    #[test]
+    fn exit_waits_the_full_time_when_announced_and_the_rest_when_leaving() {
+        let agent = announced_with(false, graceful(false));
+        assert_eq!(agent.exit_wait(ms(200)), Some(Duration::from_secs(2)));
+        let mut agent = announced_with(false, graceful(false));
+        agent.round(ms(200), true, true);
+        assert_eq!(agent.exit_wait(ms(1_200)), Some(Duration::from_secs(1)));
+        agent.round(ms(2_200), true, true);
+        assert_eq!(agent.exit_wait(ms(2_300)), None);
+        assert_eq!(announced(false).exit_wait(ms(200)), None);
     }
 }

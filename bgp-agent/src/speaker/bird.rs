@@ -3,6 +3,10 @@
 //! rename), then `birdc configure` applies it; birdc exits 0 even when BIRD rejected the
 //! configuration, so its output must say `Reconfigured`. A prefix set cannot be empty,
 //! so each holds a placeholder no route ever matches.
+//!
+//! Two more sets, the same names with `_GSHUT` appended, hold the prefixes announced
+//! with GRACEFUL_SHUTDOWN; the export filter tags them:
+//! `if net ~ ANYCAST_V4_GSHUT then bgp_community.add((65535, 0));`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,8 +14,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use ipnet::IpNet;
 
+use super::Advert;
 use crate::config::SpeakerConfig;
-use crate::hysteresis::Route;
 
 pub struct Bird {
     prefixes: Vec<IpNet>,
@@ -47,13 +51,13 @@ impl Bird {
         }
     }
 
-    pub async fn apply(&mut self, route: Route) -> anyhow::Result<()> {
-        let announced: &[IpNet] = if route == Route::Announced {
-            &self.prefixes
-        } else {
-            &[]
+    pub async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
+        let (announced, graceful): (&[IpNet], &[IpNet]) = match advert {
+            Advert::Announced => (&self.prefixes, &[]),
+            Advert::GracefulShutdown => (&self.prefixes, &self.prefixes),
+            Advert::Withdrawn => (&[], &[]),
         };
-        let text = render(&self.define_v4, &self.define_v6, announced);
+        let text = render(&self.define_v4, &self.define_v6, announced, graceful);
         let temp = self.include_file.with_extension("tmp");
         tokio::fs::write(&temp, text)
             .await
@@ -85,12 +89,14 @@ impl Bird {
     }
 }
 
-/// The include file's text: one prefix set per address family, placeholder first.
-pub fn render(define_v4: &str, define_v6: &str, announced: &[IpNet]) -> String {
-    let set = |placeholder: &str, v6: bool| {
+/// The include file's text: per address family, a set of the announced prefixes and a
+/// set of those tagged GRACEFUL_SHUTDOWN, placeholder first.
+pub fn render(define_v4: &str, define_v6: &str, announced: &[IpNet], graceful: &[IpNet]) -> String {
+    let set = |prefixes: &[IpNet], v6: bool| {
+        let placeholder = if v6 { PLACEHOLDER_V6 } else { PLACEHOLDER_V4 };
         let mut items = vec![placeholder.to_owned()];
         items.extend(
-            announced
+            prefixes
                 .iter()
                 .filter(|p| matches!(p, IpNet::V6(_)) == v6)
                 .map(|p| p.to_string()),
@@ -98,13 +104,18 @@ pub fn render(define_v4: &str, define_v6: &str, announced: &[IpNet]) -> String {
         items.join(", ")
     };
     format!(
-        "# Written by bgp-agent; do not edit. {} prefixes announced.\n\
+        "# Written by bgp-agent; do not edit. {} prefixes announced, {} with GRACEFUL_SHUTDOWN.\n\
          # The first entry of each set is a placeholder: BIRD refuses an empty set.\n\
          define {define_v4} = [ {} ];\n\
-         define {define_v6} = [ {} ];\n",
+         define {define_v6} = [ {} ];\n\
+         define {define_v4}_GSHUT = [ {} ];\n\
+         define {define_v6}_GSHUT = [ {} ];\n",
         announced.len(),
-        set(PLACEHOLDER_V4, false),
-        set(PLACEHOLDER_V6, true),
+        graceful.len(),
+        set(announced, false),
+        set(announced, true),
+        set(graceful, false),
+        set(graceful, true),
     )
 }
 
@@ -117,7 +128,7 @@ mod tests {
 
     #[test]
     fn sets_are_never_empty_and_split_by_family() {
-        let none = render("A4", "A6", &[]);
+        let none = render("A4", "A6", &[], &[]);
         assert!(
             none.contains("define A4 = [ 0.0.0.0/32 ];")
                 && none.contains("define A6 = [ ::/128 ];"),
@@ -127,7 +138,7 @@ mod tests {
             "192.0.2.10/32".parse().unwrap(),
             "2001:db8::10/128".parse().unwrap(),
         ];
-        let both = render("A4", "A6", &prefixes);
+        let both = render("A4", "A6", &prefixes, &[]);
         assert!(
             both.contains("define A4 = [ 0.0.0.0/32, 192.0.2.10/32 ];"),
             "{both}"
@@ -135,6 +146,27 @@ mod tests {
         assert!(
             both.contains("define A6 = [ ::/128, 2001:db8::10/128 ];"),
             "{both}"
+        );
+    }
+
+    #[test]
+    fn graceful_shutdown_sets_hold_the_tagged_prefixes() {
+        let prefixes: Vec<IpNet> = vec![
+            "192.0.2.10/32".parse().unwrap(),
+            "2001:db8::10/128".parse().unwrap(),
+        ];
+        let plain = render("A4", "A6", &prefixes, &[]);
+        assert!(
+            plain.contains("define A4_GSHUT = [ 0.0.0.0/32 ];"),
+            "{plain}"
+        );
+        assert!(plain.contains("define A6_GSHUT = [ ::/128 ];"), "{plain}");
+        let leaving = render("A4", "A6", &prefixes, &prefixes);
+        assert!(
+            leaving.contains("define A4 = [ 0.0.0.0/32, 192.0.2.10/32 ];")
+                && leaving.contains("define A4_GSHUT = [ 0.0.0.0/32, 192.0.2.10/32 ];")
+                && leaving.contains("define A6_GSHUT = [ ::/128, 2001:db8::10/128 ];"),
+            "{leaving}"
         );
     }
 }

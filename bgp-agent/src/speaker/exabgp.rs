@@ -12,12 +12,14 @@ use ipnet::IpNet;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+use super::{Advert, GRACEFUL_SHUTDOWN};
 use crate::config::SpeakerConfig;
-use crate::hysteresis::Route;
 
 pub struct ExaBgp {
     prefixes: Vec<IpNet>,
     attributes: String,
+    /// The same with GRACEFUL_SHUTDOWN added to the communities.
+    graceful_attributes: String,
     ack_timeout: Duration,
     acks: mpsc::UnboundedReceiver<String>,
 }
@@ -47,26 +49,37 @@ impl ExaBgp {
             tracing::warn!("ExaBGP closed stdin; exiting");
             std::process::exit(0);
         });
+        let mut graceful_communities = communities.clone();
+        graceful_communities.push(GRACEFUL_SHUTDOWN.to_owned());
         Self {
             prefixes,
             attributes: attributes(communities, *med, *as_path_prepend, *local_as),
+            graceful_attributes: attributes(
+                &graceful_communities,
+                *med,
+                *as_path_prepend,
+                *local_as,
+            ),
             ack_timeout: *ack_timeout,
             acks,
         }
     }
 
-    pub async fn apply(&mut self, route: Route) -> anyhow::Result<()> {
+    pub async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
         let mut out = String::new();
         for prefix in &self.prefixes {
-            match route {
-                Route::Announced => out.push_str(&format!(
-                    "announce route {prefix} next-hop self{}\n",
-                    self.attributes
-                )),
-                Route::Withdrawn => {
-                    out.push_str(&format!("withdraw route {prefix} next-hop self\n"))
+            let line = match advert {
+                Advert::Announced => {
+                    format!("announce route {prefix} next-hop self{}", self.attributes)
                 }
-            }
+                Advert::GracefulShutdown => format!(
+                    "announce route {prefix} next-hop self{}",
+                    self.graceful_attributes
+                ),
+                Advert::Withdrawn => format!("withdraw route {prefix} next-hop self"),
+            };
+            out.push_str(&line);
+            out.push('\n');
         }
         let mut stdout = tokio::io::stdout();
         stdout

@@ -1,5 +1,9 @@
 //! Speakers carry a decision to BGP: ExaBGP through its process API, or BIRD through an
 //! included prefix file and `birdc configure`.
+//!
+//! Besides announced and withdrawn, a route can be announced with RFC 8326's
+//! GRACEFUL_SHUTDOWN community (65535:0): upstreams that honour it prefer any other
+//! path, so traffic leaves this PoP before the withdraw drops the flows still on it.
 
 pub mod bird;
 pub mod exabgp;
@@ -7,7 +11,19 @@ pub mod exabgp;
 use ipnet::IpNet;
 
 use crate::config::{Config, SpeakerConfig};
-use crate::hysteresis::Route;
+
+/// What BGP carries for the agent's prefixes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Advert {
+    Announced,
+    /// Still announced, tagged GRACEFUL_SHUTDOWN: on the way to a withdraw.
+    GracefulShutdown,
+    Withdrawn,
+}
+
+/// RFC 8326's well-known community.
+pub const GRACEFUL_SHUTDOWN: &str = "65535:0";
 
 pub enum Speaker {
     Exabgp(exabgp::ExaBgp),
@@ -29,11 +45,11 @@ impl Speaker {
         }
     }
 
-    /// Makes BGP carry `route` for every prefix; returns once the daemon confirmed it.
-    pub async fn apply(&mut self, route: Route) -> anyhow::Result<()> {
+    /// Makes BGP carry `advert` for every prefix; returns once the daemon confirmed it.
+    pub async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
         match self {
-            Speaker::Exabgp(s) => s.apply(route).await,
-            Speaker::Bird(s) => s.apply(route).await,
+            Speaker::Exabgp(s) => s.apply(advert).await,
+            Speaker::Bird(s) => s.apply(advert).await,
         }
     }
 }
@@ -45,7 +61,7 @@ pub async fn withdraw_out_of_band(config: &Config) -> anyhow::Result<()> {
     match &config.speaker {
         SpeakerConfig::Bird { .. } => {
             bird::Bird::new(&config.speaker, config.prefixes.clone())
-                .apply(Route::Withdrawn)
+                .apply(Advert::Withdrawn)
                 .await
         }
         SpeakerConfig::Exabgp { .. } => anyhow::bail!(

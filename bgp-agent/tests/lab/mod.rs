@@ -61,7 +61,7 @@ impl Lab {
                 "router id {UP_ADDR};\n\
                  protocol device {{ scan time 10; }}\n\
                  protocol kernel {{ ipv4 {{ import none; export all; }}; }}\n\
-                 protocol bgp pop {{\n  local {UP_ADDR} as 65000; neighbor {POP_ADDR} as 65001;\n  {TIMERS}\n  ipv4 {{ import all; export none; }};\n}}\n"
+                 protocol bgp pop {{\n  local {UP_ADDR} as 65000; neighbor {POP_ADDR} as 65001;\n  {TIMERS}\n  ipv4 {{ import filter {{ {HONOUR_GRACEFUL_SHUTDOWN} accept; }}; export none; }};\n}}\n"
             ),
         )
         .unwrap();
@@ -81,8 +81,14 @@ impl Lab {
     }
 
     /// BIRD as the PoP's speaker: a static route for the VIP, exported only while the
-    /// agent's include file lists it.
+    /// agent's include file lists it (tagged 65535:0 while its GSHUT set does). The
+    /// include starts as the agent writes it with nothing announced.
     pub fn start_pop_bird(&mut self, include: &Path) -> PathBuf {
+        std::fs::write(
+            include,
+            bgp_agent::speaker::bird::render("ANYCAST_V4", "ANYCAST_V6", &[], &[]),
+        )
+        .unwrap();
         let conf = self.path("pop-bird.conf");
         std::fs::write(
             &conf,
@@ -91,7 +97,7 @@ impl Lab {
                  include \"{}\";\n\
                  protocol device {{ scan time 10; }}\n\
                  protocol static anycast {{ ipv4; route {VIP} blackhole; }}\n\
-                 protocol bgp up {{\n  local {POP_ADDR} as 65001; neighbor {UP_ADDR} as 65000;\n  {TIMERS}\n  ipv4 {{ import none; export filter {{ if net ~ ANYCAST_V4 then accept; reject; }}; }};\n}}\n",
+                 protocol bgp up {{\n  local {POP_ADDR} as 65001; neighbor {UP_ADDR} as 65000;\n  {TIMERS}\n  ipv4 {{ import none; export filter {{ if net ~ ANYCAST_V4_GSHUT then bgp_community.add((65535, 0)); if net ~ ANYCAST_V4 then accept; reject; }}; }};\n}}\n",
                 include.display()
             ),
         )
@@ -199,6 +205,16 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
         );
     }
 
+    /// True when the upstream's BIRD holds the VIP tagged GRACEFUL_SHUTDOWN (65535:0).
+    pub fn upstream_sees_graceful_shutdown(&self) -> bool {
+        let out = Command::new("birdc")
+            .args(["-s", self.path("up-bird.ctl").to_str().unwrap()])
+            .args(["show", "route", VIP, "all"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("(65535,0)")
+    }
+
     /// True when the upstream's kernel table holds the VIP (learned over BGP).
     pub fn upstream_has_vip(&self) -> bool {
         let out = Command::new("ip")
@@ -294,10 +310,15 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 }
 
+/// What an upstream does with RFC 8326's community (the lab router does the same).
+const HONOUR_GRACEFUL_SHUTDOWN: &str = "if (65535, 0) ~ bgp_community then bgp_local_pref = 0;";
 const TIMERS: &str = "hold time 9; keepalive time 3; connect retry time 2; connect delay time 1; error wait time 1,5;";
 
+/// How long the tests' agents announce with 65535:0 before a drain's or a stop's withdraw.
+pub const GRACEFUL_WAIT_MS: u64 = 1000;
+
 /// The agent's config for these tests: fast rounds, small rise/fall, a short hold-down,
-/// no dampening (the unit tests cover it).
+/// no dampening (the unit tests cover it), a 1 s graceful shutdown.
 pub fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -> PathBuf {
     let path = lab.path("agent.yaml");
     std::fs::write(
@@ -305,6 +326,7 @@ pub fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -
         format!(
             "pop: test\nprefixes: [\"{VIP}\"]\nstate_dir: {state}\nadmin_listen: 127.0.0.1:{admin_port}\n\
              interval: 100ms\nfast_interval: 50ms\nrise: 3\nfall: 2\nhold_down: 2s\ndampening: null\n\
+             graceful_shutdown: {{ wait: {GRACEFUL_WAIT_MS}ms }}\n\
              checks:\n  - {{ name: edge, kind: http, url: \"http://127.0.0.1:{edge_port}/readyz\", timeout: 200ms }}\n\
              speaker: {speaker}\n",
             state = lab.path("state").display(),
