@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use lab::sender::Outcome;
-use support::{LabCli, failures, now_ms};
+use support::{LabCli, failures, now_ms, router_next_hops};
 
 /// Runs every scenario (or those whose name contains an argument:
 /// `cargo test -p lab --test scenarios -- drain flap`) on one lab, each reported on its
@@ -154,21 +154,30 @@ fn pop_failure(lab: &LabCli) {
     );
 }
 
-/// Drain pop-a, restart its edge, undrain: not one failed request.
+/// Drain pop-a, restart its edge, undrain: not one failed request. The drain first
+/// re-announces with GRACEFUL_SHUTDOWN, so the router moves traffic to pop-b while
+/// pop-a's path is still there; the withdraw follows after the agent's wait.
 fn drain(lab: &LabCli) {
-    let load = lab.load("drain", 50, Duration::from_secs(12));
+    let load = lab.load("drain", 50, Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(1));
     let started = Instant::now();
-    lab.run(&[
-        "exec",
-        "pop-a",
-        "--",
-        "/usr/local/bin/bgp-agent",
-        "drain",
-        "--config",
-        "/etc/edge/agent.yaml",
-    ]);
+    let mut drain = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["exec", "pop-a", "--", "/usr/local/bin/bgp-agent", "drain"])
+        .args(["--config", "/etc/edge/agent.yaml"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut moved = None;
+    while moved.is_none() && started.elapsed() < Duration::from_secs(2) {
+        if router_next_hops().len() == 1 && lab.router_has_graceful_shutdown_path() {
+            moved = Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(drain.wait().unwrap().success(), "bgp-agent drain failed");
     let drained = started.elapsed();
+    let moved =
+        moved.expect("the router never used pop-b alone while pop-a's path was tagged 65535:0");
     lab.wait_next_hops(1, Duration::from_secs(5));
     // In-flight senders on pop-a finish within the edge's drain grace.
     lab.run(&["stop", "pop-a", "edge"]);
@@ -189,7 +198,8 @@ fn drain(lab: &LabCli) {
     let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(15));
     assert_eq!((missing, duplicated), (0, 0));
     println!(
-        "scenario drain: withdrawn {} ms after `drain`, edge restarted, re-announced {} ms after undrain; {failed} of {} requests failed",
+        "scenario drain: traffic moved to pop-b {} ms after `drain` (65535:0), withdrawn {} ms after it, edge restarted, re-announced {} ms after undrain; {failed} of {} requests failed",
+        moved.as_millis(),
         drained.as_millis(),
         back.as_millis(),
         outcomes.len()

@@ -185,6 +185,24 @@ impl LabCli {
             .sum()
     }
 
+    /// The router's BIRD holds a path to the anycast address tagged GRACEFUL_SHUTDOWN.
+    pub fn router_has_graceful_shutdown_path(&self) -> bool {
+        let prefix = format!("{VIP}/32");
+        self.run(&[
+            "exec",
+            "rtr",
+            "--",
+            "birdc",
+            "-s",
+            "/run/bird.ctl",
+            "show",
+            "route",
+            &prefix,
+            "all",
+        ])
+        .contains("(65535,0)")
+    }
+
     /// Updates plus withdraws the router received from pop-a's session.
     pub fn route_changes_from_pop_a(&self) -> u64 {
         let text = self.run(&[
