@@ -1,5 +1,7 @@
 //! The spool's metrics, registered under `edge_spool_*`.
 
+use std::sync::atomic::AtomicU64;
+
 use edge_kit::metrics::Reason;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,6 +16,8 @@ use super::{AppendError, Appended};
 pub struct SpoolMetrics {
     pub appends: Family<Reason, Counter>,
     pub bytes: Gauge,
+    /// `bytes` as a fraction of `spool.max_bytes`.
+    pub fill_ratio: Gauge<f64, AtomicU64>,
     pub segments: Gauge,
     pub backlog_records: Gauge,
     pub fsync_seconds: Histogram,
@@ -26,6 +30,7 @@ impl SpoolMetrics {
         let metrics = Self {
             appends: Family::default(),
             bytes: Gauge::default(),
+            fill_ratio: Gauge::default(),
             segments: Gauge::default(),
             backlog_records: Gauge::default(),
             fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
@@ -41,6 +46,11 @@ impl SpoolMetrics {
             "bytes",
             "Bytes held in spool segments",
             metrics.bytes.clone(),
+        );
+        spool.register(
+            "fill_ratio",
+            "Bytes held as a fraction of spool.max_bytes (the bgp-agent's degrade check reads it)",
+            metrics.fill_ratio.clone(),
         );
         spool.register("segments", "Spool segment files", metrics.segments.clone());
         spool.register(

@@ -406,6 +406,9 @@ impl Writer {
     fn publish_gauges(&self) {
         self.shared.bytes.store(self.total_bytes, Ordering::Release);
         self.metrics.bytes.set(self.total_bytes as i64);
+        self.metrics
+            .fill_ratio
+            .set(self.total_bytes as f64 / self.max_bytes as f64);
         self.metrics.segments.set(self.segments.len() as i64);
         self.metrics
             .backlog_records
