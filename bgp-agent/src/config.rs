@@ -94,6 +94,13 @@ pub enum CheckKind {
     File { path: PathBuf },
     /// Healthy while an XDP program is attached to the interface.
     Xdp { interface: String },
+    /// GET a Prometheus text page; healthy while every sample of `metric` (any labels)
+    /// is at most `max`. A page without the metric fails.
+    Metric {
+        url: String,
+        metric: String,
+        max: f64,
+    },
 }
 
 /// A check as written: one flat map, so unknown keys can be refused (serde cannot refuse
@@ -108,6 +115,8 @@ struct RawCheck {
     command: Option<Vec<String>>,
     path: Option<PathBuf>,
     interface: Option<String>,
+    metric: Option<String>,
+    max: Option<f64>,
     #[serde(default = "default_check_timeout", with = "humantime_serde")]
     timeout: Duration,
     #[serde(default, with = "humantime_serde")]
@@ -124,6 +133,7 @@ enum RawKind {
     Exec,
     File,
     Xdp,
+    Metric,
 }
 
 impl TryFrom<RawCheck> for CheckConfig {
@@ -150,6 +160,11 @@ impl TryFrom<RawCheck> for CheckConfig {
             RawKind::Xdp => CheckKind::Xdp {
                 interface: need(raw.interface, "interface")?,
             },
+            RawKind::Metric => CheckKind::Metric {
+                url: need(raw.url, "url")?,
+                metric: need(raw.metric, "metric")?,
+                max: raw.max.ok_or("this kind needs `max`")?,
+            },
         };
         Ok(CheckConfig {
             name: raw.name,
@@ -169,6 +184,20 @@ pub enum CheckClass {
     Local,
     /// A dependency every PoP shares (the origin): reported, never a reason to withdraw.
     Shared,
+    /// Failure makes this PoP less preferred (announced with the speaker's degraded
+    /// attributes: a longer AS path, a higher MED) and never withdraws: a soft drain.
+    Degrade,
+}
+
+impl CheckClass {
+    /// The `class` label of the check metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            CheckClass::Local => "local",
+            CheckClass::Shared => "shared",
+            CheckClass::Degrade => "degrade",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -180,8 +209,11 @@ pub enum SpeakerConfig {
         med: Option<u32>,
         #[serde(default)]
         as_path_prepend: u32,
-        /// The agent's own AS, repeated `as_path_prepend` times.
+        /// The agent's own AS, prepended `as_path_prepend` times.
         local_as: Option<u32>,
+        /// Instead of `med` and `as_path_prepend` while a `degrade` check fails.
+        #[serde(default)]
+        degraded: DegradedAttributes,
         #[serde(default = "default_ack_timeout", with = "humantime_serde")]
         ack_timeout: Duration,
     },
@@ -197,6 +229,16 @@ pub enum SpeakerConfig {
         #[serde(default = "default_birdc_timeout", with = "humantime_serde")]
         timeout: Duration,
     },
+}
+
+/// What a degraded PoP announces with ExaBGP (BIRD: its export filter decides).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DegradedAttributes {
+    pub med: Option<u32>,
+    /// Times `local_as` is prepended.
+    #[serde(default)]
+    pub as_path_prepend: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -309,6 +351,24 @@ impl Config {
                 "graceful_shutdown.wait",
                 "must be positive and at most 1m (use `graceful_shutdown: null` to withdraw at once)",
             );
+        }
+        if let SpeakerConfig::Exabgp {
+            local_as,
+            as_path_prepend,
+            degraded,
+            ..
+        } = &self.speaker
+        {
+            if (*as_path_prepend > 0 || degraded.as_path_prepend > 0) && local_as.is_none() {
+                fail("speaker.local_as", "is needed to prepend the AS path");
+            }
+            let degrades = self.checks.iter().any(|c| c.class == CheckClass::Degrade);
+            if degrades && degraded.med.is_none() && degraded.as_path_prepend == 0 {
+                fail(
+                    "speaker.degraded",
+                    "must set med or as_path_prepend for the degrade checks to change anything",
+                );
+            }
         }
         if !self.checks.iter().any(|c| c.class == CheckClass::Local) {
             fail(
@@ -454,6 +514,42 @@ speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/b
                 "",
             );
         assert_eq!(first(&only_shared).0, "checks");
+    }
+
+    #[test]
+    fn degrade_checks_and_graceful_shutdown_rules() {
+        let errors = |text: &str| Config::parse(text).unwrap_err();
+        let c = Config::parse(GOOD).unwrap();
+        let graceful = c.graceful_shutdown.expect("on by default");
+        assert_eq!(graceful.wait, Duration::from_secs(5));
+        assert!(!graceful.on_health_withdraw);
+        let metric = "  - { name: fill, kind: metric, url: \"http://127.0.0.1:9180/metrics\", metric: edge_spool_fill_ratio, max: 0.5, class: degrade }\n";
+        let degrading = GOOD.replacen("checks:\n", &format!("checks:\n{metric}"), 1);
+        let c = Config::parse(&degrading).unwrap();
+        assert!(matches!(&c.checks[0].kind, CheckKind::Metric { max, .. } if *max == 0.5));
+        assert_eq!(c.checks[0].class, CheckClass::Degrade);
+        // ExaBGP must be told how to degrade, and prepending needs the AS.
+        let exabgp = degrading.replace(
+            "speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/bird.ctl }",
+            "speaker: { kind: exabgp }",
+        );
+        assert_eq!(errors(&exabgp)[0].0, "speaker.degraded");
+        let no_as = exabgp.replace(
+            "{ kind: exabgp }",
+            "{ kind: exabgp, degraded: { as_path_prepend: 2 } }",
+        );
+        assert_eq!(errors(&no_as)[0].0, "speaker.local_as");
+        let fine = exabgp.replace(
+            "{ kind: exabgp }",
+            "{ kind: exabgp, local_as: 65001, degraded: { as_path_prepend: 2 } }",
+        );
+        assert!(Config::parse(&fine).is_ok());
+        let no_max = degrading.replace(", max: 0.5", "");
+        assert!(errors(&no_max)[0].1.contains("this kind needs `max`"));
+        let slow = GOOD.replace("pop: fra1", "pop: fra1\ngraceful_shutdown: { wait: 2m }");
+        assert_eq!(errors(&slow)[0].0, "graceful_shutdown.wait");
+        let off = GOOD.replace("pop: fra1", "pop: fra1\ngraceful_shutdown: null");
+        assert!(Config::parse(&off).unwrap().graceful_shutdown.is_none());
     }
 
     #[test]

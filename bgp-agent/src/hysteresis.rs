@@ -14,6 +14,11 @@
 //!   `half_life`; at `suppress` re-announcing is suppressed until the penalty decays below
 //!   `reuse`, or `max_suppress` has passed.
 //! - Drain: withdraw now and stay withdrawn until undrained.
+//!
+//! Beside it, [`Degradation`] (a soft drain) changes only how an announced route is
+//! preferred: degraded after `fall` failing rounds of the degrade checks, normal again
+//! after `hold_down` of unbroken passing ones. While withdrawn there is no UPDATE to
+//! save, so it follows the checks' latest word (see [`Degradation::follow`]).
 
 use std::time::Duration;
 
@@ -148,6 +153,10 @@ impl Machine {
         self.transitions
     }
 
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     /// The last `fall` rounds all failed.
     pub fn failing(&self) -> bool {
         self.fail_streak >= self.policy.fall
@@ -260,6 +269,63 @@ impl Machine {
         };
         if self.penalty(now) < d.reuse || now >= since + d.max_suppress {
             self.suppressed_since = None;
+        }
+    }
+}
+
+/// Whether the degrade checks make the PoP less preferred, with the machine's `fall`
+/// and `hold_down` as its hysteresis.
+#[derive(Clone, Debug, Default)]
+pub struct Degradation {
+    degraded: bool,
+    fail_streak: u32,
+    passing_since: Option<Time>,
+}
+
+impl Degradation {
+    /// Feeds one round of degrade checks; returns the new state when it changed.
+    pub fn observe(&mut self, now: Time, ok: bool, policy: &Policy) -> Option<bool> {
+        if ok {
+            self.fail_streak = 0;
+            self.passing_since.get_or_insert(now);
+        } else {
+            self.fail_streak = self.fail_streak.saturating_add(1);
+            self.passing_since = None;
+        }
+        let degraded = if self.degraded {
+            self.passing_since
+                .is_none_or(|since| now < since + policy.hold_down)
+        } else {
+            self.fail_streak >= policy.fall
+        };
+        (degraded != self.degraded).then(|| {
+            self.degraded = degraded;
+            degraded
+        })
+    }
+
+    /// Takes the round's word at once, without hysteresis (nothing is announced whose
+    /// attributes could churn); returns the new state when it changed.
+    pub fn follow(&mut self, now: Time, ok: bool) -> Option<bool> {
+        let was = self.degraded;
+        *self = Degradation {
+            degraded: !ok,
+            fail_streak: u32::from(!ok),
+            passing_since: ok.then_some(now),
+        };
+        (was != self.degraded).then_some(self.degraded)
+    }
+
+    pub fn degraded(&self) -> bool {
+        self.degraded
+    }
+
+    /// True when the next rounds may change the state (the agent re-checks faster).
+    pub fn pending(&self) -> bool {
+        if self.degraded {
+            self.passing_since.is_some()
+        } else {
+            self.fail_streak > 0
         }
     }
 }
@@ -566,6 +632,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn degradation_follows_fall_and_leaves_after_unbroken_hold_down() {
+        let p = policy();
+        let mut d = Degradation::default();
+        assert_eq!(d.observe(ms(0), false, &p), None);
+        assert!(d.pending());
+        assert_eq!(d.observe(ms(100), false, &p), Some(true));
+        assert!(d.degraded());
+        // Passing again: 5 s of it, restarted by a failure.
+        assert_eq!(d.observe(ms(200), true, &p), None);
+        assert_eq!(d.observe(ms(3_000), false, &p), None);
+        assert_eq!(d.observe(ms(3_100), true, &p), None);
+        assert_eq!(d.observe(ms(8_000), true, &p), None);
+        assert_eq!(d.observe(ms(8_100), true, &p), Some(false));
+        assert!(!d.pending());
+        // A single failure is not enough (fall 2).
+        assert_eq!(d.observe(ms(8_200), false, &p), None);
+        assert_eq!(d.observe(ms(8_300), true, &p), None);
+        assert!(!d.degraded());
+        // Following: at once, both ways.
+        assert_eq!(d.follow(ms(8_400), false), Some(true));
+        assert_eq!(d.follow(ms(8_500), true), Some(false));
+        assert_eq!(d.follow(ms(8_600), true), None);
     }
 
     /// The agent's defaults: everything optional left out.

@@ -46,6 +46,7 @@ pub struct Metrics {
     pub suppressed: Gauge,
     pub drained: Gauge,
     pub graceful_shutdown: Gauge,
+    pub degraded: Gauge,
     pub guard_blocked: Counter,
     pub speaker_seconds: Family<SpeakerLabel, Histogram>,
     pub speaker_errors: Family<SpeakerLabel, Counter>,
@@ -70,6 +71,7 @@ impl Metrics {
             suppressed: Gauge::default(),
             drained: Gauge::default(),
             graceful_shutdown: Gauge::default(),
+            degraded: Gauge::default(),
             guard_blocked: Counter::default(),
             speaker_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 14))
@@ -108,6 +110,11 @@ impl Metrics {
             "graceful_shutdown",
             "1 while the prefixes are announced with GRACEFUL_SHUTDOWN (65535:0) before a withdraw",
             m.graceful_shutdown.clone(),
+        );
+        registry.register(
+            "degraded",
+            "1 while the route is announced less preferred because a degrade check fails",
+            m.degraded.clone(),
         );
         registry.register(
             "guard_blocked",

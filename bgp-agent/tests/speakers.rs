@@ -14,6 +14,8 @@ const ADMIN_PORT: u16 = 19181;
 /// The lab's supervisor: Restart= and ExecStopPost= where there is no systemd.
 const SUPERVISE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../lab/images/supervise.sh");
 const EDGE_PORT: u16 = 19180;
+/// The PoP's AS in these tests' BGP session.
+const POP_AS: u32 = 65001;
 
 fn wait_up(lab: &Lab, what: &str) -> Duration {
     lab.wait_vip(true, Duration::from_secs(20))
@@ -44,14 +46,44 @@ fn wait_down(lab: &Lab, what: &str, limit: Duration) -> Duration {
         .unwrap_or_else(|| panic!("{what}: VIP still at the upstream after {limit:?}"))
 }
 
-/// Readiness fails and recovers; drain withdraws and holds; the hold-down delays the
-/// way back. Returns the withdraw time after the failure.
+/// The spool fills past the degrade bound and drains again; readiness fails and
+/// recovers; drain withdraws and holds; the hold-down delays the way back. Returns the
+/// withdraw time after the failure.
 fn exercise_health_and_drain(
     lab: &Lab,
     flag: &std::path::Path,
     config: &std::path::Path,
 ) -> Duration {
     wait_up(lab, "start");
+    assert_eq!(lab.upstream_as_path(), [POP_AS]);
+
+    // Soft drain: over half full, the route stays, two AS hops longer.
+    std::fs::write(lab.path("fill"), "0.8").unwrap();
+    let degraded = wait_for(Duration::from_secs(2), || {
+        lab.upstream_as_path() == [POP_AS; 3]
+    });
+    assert!(
+        degraded.is_some(),
+        "not degraded: {:?}",
+        lab.upstream_as_path()
+    );
+    assert!(lab.upstream_has_vip(), "a degraded PoP must stay announced");
+    std::fs::write(lab.path("fill"), "0.2").unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        lab.upstream_as_path(),
+        [POP_AS; 3],
+        "undegraded before the 2 s hold-down"
+    );
+    let back = wait_for(Duration::from_secs(3), || {
+        lab.upstream_as_path() == [POP_AS]
+    });
+    assert!(
+        back.is_some(),
+        "still degraded: {:?}",
+        lab.upstream_as_path()
+    );
+
     std::fs::remove_file(flag).unwrap();
     let withdraw = wait_down(lab, "readiness failed", Duration::from_secs(3));
     assert!(
@@ -108,7 +140,12 @@ fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
     let flag = lab.path("ready");
     std::fs::write(&flag, "").unwrap();
     lab.start_fake_edge(EDGE_PORT, &flag);
-    let config = agent_config(&lab, ADMIN_PORT, EDGE_PORT, "{ kind: exabgp }");
+    let config = agent_config(
+        &lab,
+        ADMIN_PORT,
+        EDGE_PORT,
+        "{ kind: exabgp, local_as: 65001, degraded: { as_path_prepend: 2 } }",
+    );
     lab.start_exabgp(
         &format!("{} run --config {}", agent_bin(), config.display()),
         "exabgp.log",

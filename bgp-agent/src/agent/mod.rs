@@ -17,7 +17,7 @@ use edge_kit::metrics::ResultLabel;
 use edge_kit::signals::{Signal, Signals};
 
 use crate::checks::{self, Outcome};
-use crate::config::{CheckClass, Config};
+use crate::config::Config;
 use crate::guard;
 use crate::hysteresis::{Change, Why};
 use crate::metrics::{
@@ -32,7 +32,9 @@ pub struct Status {
     pub pop: String,
     /// What BGP carries: `announced`, `graceful_shutdown` (on the way out) or
     /// `withdrawn`. The peer guard counts only `announced`.
-    pub route: Advert,
+    pub route: &'static str,
+    /// Announced but less preferred: a degrade check fails.
+    pub degraded: bool,
     pub why: Why,
     pub penalty: f64,
     pub suppressed: bool,
@@ -90,6 +92,12 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         );
         if round.drain_changed {
             tracing::warn!(drained = agent.drained(), "drain flag changed");
+        }
+        if let Some(degraded) = agent.observe_degrade(now, checks::degrade_health(&outcomes)) {
+            tracing::warn!(
+                degraded,
+                "degrade checks changed how the route is preferred"
+            );
         }
         if round.ask_guard
             && let Some(guard) = &config.guard
@@ -151,7 +159,8 @@ impl Status {
     fn starting(pop: &str, speaker: &'static str) -> Self {
         Status {
             pop: pop.to_owned(),
-            route: Advert::Withdrawn,
+            route: Advert::Withdrawn.route_name(),
+            degraded: false,
             why: Why::Starting,
             penalty: 0.0,
             suppressed: false,
@@ -210,7 +219,8 @@ fn publish(
     let machine = agent.machine();
     {
         let mut s = status.lock().expect("status lock");
-        s.route = agent.advert();
+        s.route = agent.advert().route_name();
+        s.degraded = agent.advert() == Advert::Degraded;
         s.why = machine.why();
         s.penalty = machine.penalty(now);
         s.suppressed = machine.suppressed();
@@ -221,10 +231,13 @@ fn publish(
     metrics.penalty.set(machine.penalty(now));
     metrics.suppressed.set(machine.suppressed() as i64);
     metrics.drained.set(agent.drained() as i64);
+    metrics
+        .degraded
+        .set((agent.advert() == Advert::Degraded) as i64);
 }
 
 fn publish_route(advert: Advert, status: &Mutex<Status>) {
-    status.lock().expect("status lock").route = advert;
+    status.lock().expect("status lock").route = advert.route_name();
 }
 
 /// Re-reads the config file: `Some` new config to run with (restart-only fields kept
@@ -365,11 +378,7 @@ impl CheckRunner {
 }
 
 fn record_check(metrics: &Metrics, outcome: &Outcome) {
-    let class = if outcome.class == CheckClass::Local {
-        "local"
-    } else {
-        "shared"
-    };
+    let class = outcome.class.label();
     let result = if outcome.ok { "ok" } else { "fail" };
     metrics
         .check_results

@@ -6,11 +6,13 @@
 //! announced with GRACEFUL_SHUTDOWN for `graceful_shutdown.wait`, then goes. A health
 //! failure during a drain's wait, or the wait's end, withdraws; an undrain before then
 //! announces plainly again.
+//!
+//! The degrade checks (a soft drain) only change how an announced route is preferred.
 
 use std::time::Duration;
 
 use crate::config::GracefulShutdownConfig;
-use crate::hysteresis::{Change, Machine, Policy, Route, Time, Why};
+use crate::hysteresis::{Change, Degradation, Machine, Policy, Route, Time, Why};
 use crate::speaker::Advert;
 
 pub struct Agent {
@@ -21,6 +23,7 @@ pub struct Agent {
     graceful: Option<GracefulShutdownConfig>,
     /// A graceful shutdown under way: the withdraw is due then.
     leaving_until: Option<Time>,
+    degradation: Degradation,
 }
 
 /// What one round decided.
@@ -41,6 +44,20 @@ impl Agent {
             guarded,
             graceful,
             leaving_until: None,
+            degradation: Degradation::default(),
+        }
+    }
+
+    /// Feeds this round's degrade checks (`ok`: all passed); returns whether the PoP is
+    /// now degraded when that changed. Hysteresis only while announced: a route comes
+    /// up with the checks' latest word.
+    pub fn observe_degrade(&mut self, now: Time, ok: bool) -> Option<bool> {
+        match self.machine.route() {
+            Route::Announced => {
+                let policy = self.machine.policy().clone();
+                self.degradation.observe(now, ok, &policy)
+            }
+            Route::Withdrawn => self.degradation.follow(now, ok),
         }
     }
 
@@ -91,6 +108,7 @@ impl Agent {
     /// What BGP should carry now.
     pub fn advert(&self) -> Advert {
         match (self.machine.route(), self.leaving_until) {
+            (Route::Announced, _) if self.degradation.degraded() => Advert::Degraded,
             (Route::Announced, _) => Advert::Announced,
             (Route::Withdrawn, Some(_)) => Advert::GracefulShutdown,
             (Route::Withdrawn, None) => Advert::Withdrawn,
@@ -99,14 +117,14 @@ impl Agent {
 
     /// True when the next round may change what BGP carries (the agent re-checks faster).
     pub fn change_pending(&self) -> bool {
-        self.machine.change_pending() || self.leaving_until.is_some()
+        self.machine.change_pending() || self.leaving_until.is_some() || self.degradation.pending()
     }
 
     /// On exit: how long to announce with GRACEFUL_SHUTDOWN before the last withdraw
     /// (`None`: withdraw at once). A wait under way keeps its end.
     pub fn exit_wait(&self, now: Time) -> Option<Duration> {
         match self.advert() {
-            Advert::Announced => self.graceful.as_ref().map(|g| g.wait),
+            Advert::Announced | Advert::Degraded => self.graceful.as_ref().map(|g| g.wait),
             Advert::GracefulShutdown => self.leaving_until.map(|until| until.saturating_sub(now)),
             Advert::Withdrawn => None,
         }
@@ -296,5 +314,27 @@ mod tests {
         agent.round(ms(2_200), true, true);
         assert_eq!(agent.exit_wait(ms(2_300)), None);
         assert_eq!(announced(false).exit_wait(ms(200)), None);
+    }
+
+    #[test]
+    fn a_degraded_announced_route_is_advertised_degraded_and_leaves_gracefully() {
+        let mut agent = announced_with(false, graceful(false));
+        assert_eq!(agent.observe_degrade(ms(200), false), None);
+        assert_eq!(agent.observe_degrade(ms(300), false), Some(true));
+        assert_eq!(agent.advert(), Advert::Degraded);
+        // Degradation never withdraws; a drain still leaves through 65535:0.
+        agent.round(ms(300), true, false);
+        assert_eq!(agent.advert(), Advert::Degraded);
+        agent.round(ms(400), true, true);
+        assert_eq!(agent.advert(), Advert::GracefulShutdown);
+        assert_eq!(agent.exit_wait(ms(400)), Some(Duration::from_secs(2)));
+        // Withdrawn, degraded or not, is withdrawn; it comes up as the checks say now.
+        let mut agent = Agent::new(policy(), false, None);
+        assert_eq!(agent.observe_degrade(ms(0), false), Some(true));
+        assert_eq!(agent.advert(), Advert::Withdrawn);
+        assert_eq!(agent.observe_degrade(ms(100), true), Some(false));
+        agent.round(ms(100), true, false);
+        agent.round(ms(200), true, false);
+        assert_eq!(agent.advert(), Advert::Announced);
     }
 }

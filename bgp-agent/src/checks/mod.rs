@@ -2,6 +2,7 @@
 //! reason; the hysteresis decides what a round of results means.
 
 mod http;
+mod metric;
 mod xdp;
 
 use std::time::Instant;
@@ -27,9 +28,17 @@ pub fn local_health(outcomes: &[Outcome]) -> bool {
         .all(|o| o.ok)
 }
 
+/// Whether every degrade check passed: a failure makes the PoP less preferred.
+pub fn degrade_health(outcomes: &[Outcome]) -> bool {
+    outcomes
+        .iter()
+        .filter(|o| o.class == CheckClass::Degrade)
+        .all(|o| o.ok)
+}
+
 /// The body of a 2xx answer to GET `url` (the peer guard reads other agents' status).
 pub async fn fetch(url: &str) -> Result<String, String> {
-    match http::get(url).await? {
+    match http::get(url, STATUS_LIMIT).await? {
         (status, body) if status.is_success() => Ok(body),
         (status, _) => Err(format!("{url}: {status}")),
     }
@@ -81,8 +90,16 @@ async fn probe(kind: &CheckKind) -> Result<String, String> {
             Err(e) => Err(format!("{}: {e}", path.display())),
         },
         CheckKind::Xdp { interface } => xdp::attached(interface).await,
+        CheckKind::Metric { url, metric, max } => match http::get(url, METRICS_LIMIT).await? {
+            (status, page) if status.is_success() => metric::at_most(&page, metric, *max),
+            (status, _) => Err(format!("{url}: {status}")),
+        },
     }
 }
+
+/// A peer's `/status` is a few KiB; an edge's `/metrics` page is well under this.
+const STATUS_LIMIT: usize = 64 << 10;
+const METRICS_LIMIT: usize = 4 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -96,6 +113,17 @@ mod tests {
             detail: String::new(),
             duration_ms: 0.0,
         }
+    }
+
+    #[test]
+    fn only_degrade_checks_decide_degradation() {
+        let outcomes = [
+            outcome(CheckClass::Local, false),
+            outcome(CheckClass::Degrade, true),
+        ];
+        assert!(degrade_health(&outcomes));
+        assert!(!degrade_health(&[outcome(CheckClass::Degrade, false)]));
+        assert!(local_health(&[outcome(CheckClass::Degrade, false)]));
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! configuration, so its output must say `Reconfigured`. A prefix set cannot be empty,
 //! so each holds a placeholder no route ever matches.
 //!
-//! Two more sets, the same names with `_GSHUT` appended, hold the prefixes announced
-//! with GRACEFUL_SHUTDOWN; the export filter tags them:
-//! `if net ~ ANYCAST_V4_GSHUT then bgp_community.add((65535, 0));`.
+//! More sets, the same names with a suffix, hold the prefixes announced in a special
+//! way, for the export filter to act on: `_GSHUT` those tagged GRACEFUL_SHUTDOWN
+//! (`if net ~ ANYCAST_V4_GSHUT then bgp_community.add((65535, 0));`), `_DEGRADED` those
+//! to make less preferred (`if net ~ ANYCAST_V4_DEGRADED then bgp_path.prepend(65002);`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -52,12 +53,7 @@ impl Bird {
     }
 
     pub async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
-        let (announced, graceful): (&[IpNet], &[IpNet]) = match advert {
-            Advert::Announced => (&self.prefixes, &[]),
-            Advert::GracefulShutdown => (&self.prefixes, &self.prefixes),
-            Advert::Withdrawn => (&[], &[]),
-        };
-        let text = render(&self.define_v4, &self.define_v6, announced, graceful);
+        let text = render(&self.define_v4, &self.define_v6, &self.prefixes, advert);
         let temp = self.include_file.with_extension("tmp");
         tokio::fs::write(&temp, text)
             .await
@@ -89,9 +85,14 @@ impl Bird {
     }
 }
 
-/// The include file's text: per address family, a set of the announced prefixes and a
-/// set of those tagged GRACEFUL_SHUTDOWN, placeholder first.
-pub fn render(define_v4: &str, define_v6: &str, announced: &[IpNet], graceful: &[IpNet]) -> String {
+/// The include file's text for `prefixes` carried as `advert`: per address family, the
+/// set of announced prefixes and the sets of those announced specially, placeholder
+/// first.
+pub fn render(define_v4: &str, define_v6: &str, prefixes: &[IpNet], advert: Advert) -> String {
+    let only = |wanted: bool| if wanted { prefixes } else { &[] };
+    let announced = only(advert != Advert::Withdrawn);
+    let graceful = only(advert == Advert::GracefulShutdown);
+    let degraded = only(advert == Advert::Degraded);
     let set = |prefixes: &[IpNet], v6: bool| {
         let placeholder = if v6 { PLACEHOLDER_V6 } else { PLACEHOLDER_V4 };
         let mut items = vec![placeholder.to_owned()];
@@ -104,18 +105,22 @@ pub fn render(define_v4: &str, define_v6: &str, announced: &[IpNet], graceful: &
         items.join(", ")
     };
     format!(
-        "# Written by bgp-agent; do not edit. {} prefixes announced, {} with GRACEFUL_SHUTDOWN.\n\
+        "# Written by bgp-agent; do not edit. {} prefixes announced ({:?}).\n\
          # The first entry of each set is a placeholder: BIRD refuses an empty set.\n\
          define {define_v4} = [ {} ];\n\
          define {define_v6} = [ {} ];\n\
          define {define_v4}_GSHUT = [ {} ];\n\
-         define {define_v6}_GSHUT = [ {} ];\n",
+         define {define_v6}_GSHUT = [ {} ];\n\
+         define {define_v4}_DEGRADED = [ {} ];\n\
+         define {define_v6}_DEGRADED = [ {} ];\n",
         announced.len(),
-        graceful.len(),
+        advert,
         set(announced, false),
         set(announced, true),
         set(graceful, false),
         set(graceful, true),
+        set(degraded, false),
+        set(degraded, true),
     )
 }
 
@@ -128,7 +133,7 @@ mod tests {
 
     #[test]
     fn sets_are_never_empty_and_split_by_family() {
-        let none = render("A4", "A6", &[], &[]);
+        let none = render("A4", "A6", &[], Advert::Withdrawn);
         assert!(
             none.contains("define A4 = [ 0.0.0.0/32 ];")
                 && none.contains("define A6 = [ ::/128 ];"),
@@ -138,7 +143,7 @@ mod tests {
             "192.0.2.10/32".parse().unwrap(),
             "2001:db8::10/128".parse().unwrap(),
         ];
-        let both = render("A4", "A6", &prefixes, &[]);
+        let both = render("A4", "A6", &prefixes, Advert::Announced);
         assert!(
             both.contains("define A4 = [ 0.0.0.0/32, 192.0.2.10/32 ];"),
             "{both}"
@@ -150,18 +155,29 @@ mod tests {
     }
 
     #[test]
-    fn graceful_shutdown_sets_hold_the_tagged_prefixes() {
+    fn special_sets_hold_the_prefixes_announced_that_way() {
         let prefixes: Vec<IpNet> = vec![
             "192.0.2.10/32".parse().unwrap(),
             "2001:db8::10/128".parse().unwrap(),
         ];
-        let plain = render("A4", "A6", &prefixes, &[]);
+        let plain = render("A4", "A6", &prefixes, Advert::Announced);
         assert!(
             plain.contains("define A4_GSHUT = [ 0.0.0.0/32 ];"),
             "{plain}"
         );
         assert!(plain.contains("define A6_GSHUT = [ ::/128 ];"), "{plain}");
-        let leaving = render("A4", "A6", &prefixes, &prefixes);
+        assert!(
+            plain.contains("define A4_DEGRADED = [ 0.0.0.0/32 ];"),
+            "{plain}"
+        );
+        let degraded = render("A4", "A6", &prefixes, Advert::Degraded);
+        assert!(
+            degraded.contains("define A4 = [ 0.0.0.0/32, 192.0.2.10/32 ];")
+                && degraded.contains("define A4_DEGRADED = [ 0.0.0.0/32, 192.0.2.10/32 ];")
+                && degraded.contains("define A4_GSHUT = [ 0.0.0.0/32 ];"),
+            "{degraded}"
+        );
+        let leaving = render("A4", "A6", &prefixes, Advert::GracefulShutdown);
         assert!(
             leaving.contains("define A4 = [ 0.0.0.0/32, 192.0.2.10/32 ];")
                 && leaving.contains("define A4_GSHUT = [ 0.0.0.0/32, 192.0.2.10/32 ];")

@@ -20,6 +20,8 @@ pub struct ExaBgp {
     attributes: String,
     /// The same with GRACEFUL_SHUTDOWN added to the communities.
     graceful_attributes: String,
+    /// With the degraded MED and AS-path prepends instead.
+    degraded_attributes: String,
     ack_timeout: Duration,
     acks: mpsc::UnboundedReceiver<String>,
 }
@@ -31,6 +33,7 @@ impl ExaBgp {
             med,
             as_path_prepend,
             local_as,
+            degraded,
             ack_timeout,
         } = config
         else {
@@ -60,6 +63,12 @@ impl ExaBgp {
                 *as_path_prepend,
                 *local_as,
             ),
+            degraded_attributes: attributes(
+                communities,
+                degraded.med,
+                degraded.as_path_prepend,
+                *local_as,
+            ),
             ack_timeout: *ack_timeout,
             acks,
         }
@@ -72,6 +81,10 @@ impl ExaBgp {
                 Advert::Announced => {
                     format!("announce route {prefix} next-hop self{}", self.attributes)
                 }
+                Advert::Degraded => format!(
+                    "announce route {prefix} next-hop self{}",
+                    self.degraded_attributes
+                ),
                 Advert::GracefulShutdown => format!(
                     "announce route {prefix} next-hop self{}",
                     self.graceful_attributes
@@ -120,7 +133,9 @@ fn attributes(
         attrs.push_str(&format!(" community [{}]", communities.join(" ")));
     }
     if let (Some(asn), true) = (local_as, prepend > 0) {
-        let path: Vec<String> = (0..prepend).map(|_| asn.to_string()).collect();
+        // ExaBGP sends the path as given (it adds no AS of its own to one that starts
+        // with it), so the AS itself comes once more than the prepends.
+        let path: Vec<String> = (0..=prepend).map(|_| asn.to_string()).collect();
         attrs.push_str(&format!(" as-path [{}]", path.join(" ")));
     }
     attrs
@@ -140,7 +155,7 @@ mod tests {
                 2,
                 Some(65001)
             ),
-            " med 50 community [65000:100 65000:200] as-path [65001 65001]"
+            " med 50 community [65000:100 65000:200] as-path [65001 65001 65001]"
         );
     }
 }

@@ -4,6 +4,8 @@
 //! Besides announced and withdrawn, a route can be announced with RFC 8326's
 //! GRACEFUL_SHUTDOWN community (65535:0): upstreams that honour it prefer any other
 //! path, so traffic leaves this PoP before the withdraw drops the flows still on it.
+//! A degraded route (a soft drain) stays announced with a longer AS path or a higher
+//! MED, so upstreams keep this PoP only as a backup.
 
 pub mod bird;
 pub mod exabgp;
@@ -17,9 +19,23 @@ use crate::config::{Config, SpeakerConfig};
 #[serde(rename_all = "snake_case")]
 pub enum Advert {
     Announced,
+    /// Announced, less preferred: a degrade check fails.
+    Degraded,
     /// Still announced, tagged GRACEFUL_SHUTDOWN: on the way to a withdraw.
     GracefulShutdown,
     Withdrawn,
+}
+
+impl Advert {
+    /// The route as `/status` reports it: a degraded route is still `announced` (it
+    /// carries traffic when other PoPs are gone), `graceful_shutdown` is on its way out.
+    pub fn route_name(self) -> &'static str {
+        match self {
+            Advert::Announced | Advert::Degraded => "announced",
+            Advert::GracefulShutdown => "graceful_shutdown",
+            Advert::Withdrawn => "withdrawn",
+        }
+    }
 }
 
 /// RFC 8326's well-known community.

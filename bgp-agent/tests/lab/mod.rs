@@ -86,7 +86,12 @@ impl Lab {
     pub fn start_pop_bird(&mut self, include: &Path) -> PathBuf {
         std::fs::write(
             include,
-            bgp_agent::speaker::bird::render("ANYCAST_V4", "ANYCAST_V6", &[], &[]),
+            bgp_agent::speaker::bird::render(
+                "ANYCAST_V4",
+                "ANYCAST_V6",
+                &[],
+                bgp_agent::speaker::Advert::Withdrawn,
+            ),
         )
         .unwrap();
         let conf = self.path("pop-bird.conf");
@@ -97,7 +102,7 @@ impl Lab {
                  include \"{}\";\n\
                  protocol device {{ scan time 10; }}\n\
                  protocol static anycast {{ ipv4; route {VIP} blackhole; }}\n\
-                 protocol bgp up {{\n  local {POP_ADDR} as 65001; neighbor {UP_ADDR} as 65000;\n  {TIMERS}\n  ipv4 {{ import none; export filter {{ if net ~ ANYCAST_V4_GSHUT then bgp_community.add((65535, 0)); if net ~ ANYCAST_V4 then accept; reject; }}; }};\n}}\n",
+                 protocol bgp up {{\n  local {POP_ADDR} as 65001; neighbor {UP_ADDR} as 65000;\n  {TIMERS}\n  ipv4 {{ import none; export filter {{ if net ~ ANYCAST_V4_GSHUT then bgp_community.add((65535, 0)); if net ~ ANYCAST_V4_DEGRADED then {{ bgp_path.prepend(65001); bgp_path.prepend(65001); }} if net ~ ANYCAST_V4 then accept; reject; }}; }};\n}}\n",
                 include.display()
             ),
         )
@@ -172,16 +177,24 @@ impl Lab {
             .sum()
     }
 
-    /// A stand-in for the edge's admin listener: `/readyz` answers 200 while `flag`
-    /// exists, 503 otherwise.
+    /// A stand-in for the edge's admin listener: `/metrics` serves
+    /// `edge_spool_fill_ratio` as written in the file `fill` beside `flag` (0.1 when
+    /// absent); every other path is `/readyz`, 200 while `flag` exists, 503 otherwise.
     pub fn start_fake_edge(&mut self, port: u16, flag: &Path) {
         let script = self.path("fake_edge.py");
         std::fs::write(
             &script,
             r#"import http.server, os, sys
 flag = sys.argv[2]
+fill = os.path.join(os.path.dirname(flag), "fill")
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path == "/metrics":
+            value = open(fill).read().strip() if os.path.exists(fill) else "0.1"
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(("edge_spool_fill_ratio{pop=\"test\"} %s\n" % value).encode())
+            return
         ok = os.path.exists(flag)
         self.send_response(200 if ok else 503)
         self.end_headers()
@@ -213,6 +226,24 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).contains("(65535,0)")
+    }
+
+    /// The AS path of the upstream's route to the VIP (empty without one).
+    pub fn upstream_as_path(&self) -> Vec<u32> {
+        let out = Command::new("birdc")
+            .args(["-s", self.path("up-bird.ctl").to_str().unwrap()])
+            .args(["show", "route", VIP, "all"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("BGP.as_path:"))
+            .map(|path| {
+                path.split_whitespace()
+                    .filter_map(|asn| asn.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// True when the upstream's kernel table holds the VIP (learned over BGP).
@@ -318,7 +349,8 @@ const TIMERS: &str = "hold time 9; keepalive time 3; connect retry time 2; conne
 pub const GRACEFUL_WAIT_MS: u64 = 1000;
 
 /// The agent's config for these tests: fast rounds, small rise/fall, a short hold-down,
-/// no dampening (the unit tests cover it), a 1 s graceful shutdown.
+/// no dampening (the unit tests cover it), a 1 s graceful shutdown, and a soft drain
+/// while the (fake) edge's spool is over half full.
 pub fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -> PathBuf {
     let path = lab.path("agent.yaml");
     std::fs::write(
@@ -328,6 +360,7 @@ pub fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -
              interval: 100ms\nfast_interval: 50ms\nrise: 3\nfall: 2\nhold_down: 2s\ndampening: null\n\
              graceful_shutdown: {{ wait: {GRACEFUL_WAIT_MS}ms }}\n\
              checks:\n  - {{ name: edge, kind: http, url: \"http://127.0.0.1:{edge_port}/readyz\", timeout: 200ms }}\n\
+             \x20 - {{ name: spool, kind: metric, url: \"http://127.0.0.1:{edge_port}/metrics\", metric: edge_spool_fill_ratio, max: 0.5, class: degrade, timeout: 200ms }}\n\
              speaker: {speaker}\n",
             state = lab.path("state").display(),
         ),
