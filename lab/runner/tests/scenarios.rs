@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use lab::sender::Outcome;
-use support::{LabCli, failures, now_ms, router_next_hops};
+use support::{LabCli, POP_A_ADDR, POP_B_ADDR, failures, now_ms, router_next_hops};
 
 /// Runs every scenario (or those whose name contains an argument:
 /// `cargo test -p lab --test scenarios -- drain flap`) on one lab, each reported on its
@@ -72,6 +72,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("reach", reach),
     ("pop_failure", pop_failure),
     ("drain", drain),
+    ("degrade", degrade),
     ("agent_crash", agent_crash),
     ("link_failure_hold_timer", |lab| {
         link_failure(lab, "pop-a", "the BGP hold timer (3 s)")
@@ -202,6 +203,69 @@ fn drain(lab: &LabCli) {
         moved.as_millis(),
         drained.as_millis(),
         back.as_millis(),
+        outcomes.len()
+    );
+}
+
+/// Soft drain: pop-a degraded (its soft-drain switch) stays announced with a longer AS
+/// path, so the router sends every flow to pop-b and keeps pop-a as a backup; when
+/// pop-b's edge dies, traffic returns to pop-a without waiting for it to undegrade.
+fn degrade(lab: &LabCli) {
+    let load = lab.load("degrade", 50, Duration::from_secs(16));
+    std::thread::sleep(Duration::from_secs(1));
+    let started = Instant::now();
+    lab.run(&["exec", "pop-a", "--", "touch", "/etc/edge/soft-drain"]);
+    lab.wait_next_hops(1, Duration::from_secs(3));
+    let moved = started.elapsed();
+    let moved_ms = now_ms();
+    assert_eq!(
+        router_next_hops(),
+        [POP_B_ADDR],
+        "pop-b should carry everything"
+    );
+    assert!(
+        lab.router_has_path_via(POP_A_ADDR),
+        "pop-a should stay a backup"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+
+    let killed_ms = now_ms();
+    lab.run(&["stop", "pop-b", "edge", "--kill"]);
+    let failover = lab.wait_next_hops_exactly(&[POP_A_ADDR], Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(2));
+    lab.run(&["start", "pop-b", "edge"]);
+    lab.run(&["exec", "pop-a", "--", "rm", "-f", "/etc/edge/soft-drain"]);
+    lab.wait_next_hops(2, Duration::from_secs(30));
+    let outcomes = load.finish(lab);
+
+    // While degraded and pop-b up, no new flow went to pop-a (a flow open before the
+    // move may finish there).
+    let to_pop_a = outcomes
+        .iter()
+        .filter(|o| o.sent_ms > moved_ms + 100 && o.done_ms < killed_ms)
+        .filter(|o| o.pop.as_deref() == Some("pop-a"))
+        .count();
+    assert_eq!(to_pop_a, 0, "pop-a got new flows while degraded");
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.acked()).collect();
+    assert!(
+        failed
+            .iter()
+            .all(|o| o.sent_ms + 100 >= killed_ms && o.sent_ms < killed_ms + 3000),
+        "failures outside pop-b's death: {:?}",
+        failures(&outcomes)
+    );
+    let served_by_a_after = outcomes
+        .iter()
+        .filter(|o| o.sent_ms > killed_ms + 3000 && o.pop.as_deref() == Some("pop-a"))
+        .count();
+    assert!(served_by_a_after > 0, "traffic never returned to pop-a");
+    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(20));
+    assert_eq!((missing, duplicated), (0, 0));
+    println!(
+        "scenario degrade: pop-a degraded, router on pop-b alone after {} ms with pop-a kept as a backup; kill -9 of pop-b's edge → pop-a alone after {} ms; {} of {} requests failed (all while pop-b died)",
+        moved.as_millis(),
+        failover.as_millis(),
+        failed.len(),
         outcomes.len()
     );
 }

@@ -185,8 +185,32 @@ impl LabCli {
             .sum()
     }
 
+    /// Waits until the router's next hops for the VIP are exactly `hops`.
+    pub fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
+        let started = Instant::now();
+        while self.next_hops() != hops {
+            assert!(
+                started.elapsed() < timeout,
+                "router never reached next hops {hops:?}: {}",
+                self.run(&["status"])
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        started.elapsed()
+    }
+
+    /// The router's BIRD has a route to the VIP from the PoP at `address` (best or not).
+    pub fn router_has_path_via(&self, address: &str) -> bool {
+        self.router_routes().contains(&format!("via {address}"))
+    }
+
     /// The router's BIRD holds a path to the anycast address tagged GRACEFUL_SHUTDOWN.
     pub fn router_has_graceful_shutdown_path(&self) -> bool {
+        self.router_routes().contains("(65535,0)")
+    }
+
+    /// `birdc show route VIP/32 all` at the router: every path it has, with attributes.
+    fn router_routes(&self) -> String {
         let prefix = format!("{VIP}/32");
         self.run(&[
             "exec",
@@ -200,7 +224,6 @@ impl LabCli {
             &prefix,
             "all",
         ])
-        .contains("(65535,0)")
     }
 
     /// Updates plus withdraws the router received from pop-a's session.
@@ -354,3 +377,6 @@ pub fn now_ms() -> u64 {
 }
 
 pub const VIP: &str = "192.0.2.10";
+/// The PoPs' addresses on their links to the router (the router's next hops).
+pub const POP_A_ADDR: &str = "10.0.1.2";
+pub const POP_B_ADDR: &str = "10.0.2.2";
