@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lab::machine::Machine;
 use lab::sender::Outcome;
-use support::{LabCli, RouterWatch, failures};
+use support::{LabCli, MAX_REHASHED_PER_CHANGE, RouterWatch, failures};
 
 #[test]
 fn ansible_provisions_upgrades_and_refuses_bad_config() {
@@ -649,5 +649,3 @@ const PLAYBOOKS: [&str; 5] = [
 const PLAYBOOK_TIMEOUT: Duration = Duration::from_secs(300);
 /// Long enough to cover the whole rolling deploy.
 const DEPLOY_LOAD: Duration = Duration::from_secs(75);
-/// At 50 webhooks/s of a few ms each, about one connection is open at any instant.
-const MAX_REHASHED_PER_CHANGE: usize = 2;

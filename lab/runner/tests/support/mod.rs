@@ -297,6 +297,10 @@ pub struct RouterWatch {
     sampler: std::thread::JoinHandle<Vec<(u64, Vec<String>)>>,
 }
 
+/// At 50 webhooks/s of a few ms each, about one connection is open at any instant: at
+/// most this many may be reset by one change of the router's ECMP set.
+pub const MAX_REHASHED_PER_CHANGE: usize = 2;
+
 /// What a `RouterWatch` saw: every sample, time-stamped in Unix ms.
 pub struct RouterLog {
     samples: Vec<(u64, Vec<String>)>,
