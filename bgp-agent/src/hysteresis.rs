@@ -559,10 +559,7 @@ mod tests {
             let mut t = 1000u64;
             let mut up = true;
             while t < 61_000 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let half = 250 + rng % 501;
+                let half = between(&mut rng, 250, 750);
                 edges.push((t, up));
                 t += half;
                 up = !up;
@@ -585,21 +582,15 @@ mod tests {
     fn irregular_flapping_for_a_minute_makes_at_most_two_changes() {
         let config = crate::config::Config::parse(AGENT_DEFAULTS).unwrap();
         let mut rng = 0x9E3779B97F4A7C15u64;
-        let mut next = move |low: u64, high: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            low + rng % (high - low + 1)
-        };
         for trial in 0..200 {
             let mut m = Machine::new(config.policy());
             let mut edges = vec![(0u64, true)];
             let mut t = 10_000;
             while t < 70_000 {
                 edges.push((t, false));
-                t += next(100, 1_500);
+                t += between(&mut rng, 100, 1_500);
                 edges.push((t, true));
-                t += next(1_000, 4_000);
+                t += between(&mut rng, 1_000, 4_000);
             }
             let health = |t: u64| edges.iter().rev().find(|(at, _)| *at <= t).unwrap().1;
             let (mut t, mut changes, mut first_withdraw) = (0u64, 0, None);
@@ -657,6 +648,14 @@ mod tests {
         assert_eq!(d.follow(ms(8_400), false), Some(true));
         assert_eq!(d.follow(ms(8_500), true), Some(false));
         assert_eq!(d.follow(ms(8_600), true), None);
+    }
+
+    /// A seeded xorshift draw in `low..=high`.
+    fn between(state: &mut u64, low: u64, high: u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        low + *state % (high - low + 1)
     }
 
     /// The agent's defaults: everything optional left out.

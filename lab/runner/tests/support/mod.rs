@@ -95,11 +95,27 @@ impl LabCli {
 
     /// Waits until the router has `count` next hops for the VIP; returns how long it took.
     pub fn wait_next_hops(&self, count: usize, timeout: Duration) -> Duration {
+        self.wait_router(&format!("{count} next hops"), timeout, |hops| {
+            hops.len() == count
+        })
+    }
+
+    /// Waits until the router's next hops for the VIP are exactly `hops`.
+    pub fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
+        self.wait_router(&format!("next hops {hops:?}"), timeout, |now| now == hops)
+    }
+
+    fn wait_router(
+        &self,
+        what: &str,
+        timeout: Duration,
+        reached: impl Fn(&[String]) -> bool,
+    ) -> Duration {
         let started = Instant::now();
-        while self.next_hops().len() != count {
+        while !reached(&self.next_hops()) {
             assert!(
                 started.elapsed() < timeout,
-                "router never reached {count} next hops: {}",
+                "router never reached {what}: {}",
                 self.run(&["status"])
             );
             std::thread::sleep(Duration::from_millis(50));
@@ -183,20 +199,6 @@ impl LabCli {
                     .sum::<f64>()
             })
             .sum()
-    }
-
-    /// Waits until the router's next hops for the VIP are exactly `hops`.
-    pub fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
-        let started = Instant::now();
-        while self.next_hops() != hops {
-            assert!(
-                started.elapsed() < timeout,
-                "router never reached next hops {hops:?}: {}",
-                self.run(&["status"])
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        started.elapsed()
     }
 
     /// The router's BIRD has a route to the VIP from the PoP at `address` (best or not).
