@@ -94,8 +94,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status => {
             let lab = lab()?;
             print!("{}", lab.status()?);
-            let hops = lab.next_hops("rtr", "192.0.2.10").unwrap_or_default();
-            println!("\nrtr: 192.0.2.10 via {}", hops.join(", "));
+            println!();
+            for vip in ["192.0.2.10", "2001:db8:a::10"] {
+                let hops = lab.next_hops("rtr", vip).unwrap_or_default();
+                println!("rtr: {vip} via {}", hops.join(", "));
+            }
         }
         Command::Exec { node, command } => {
             // Container paths work here as they would in `docker exec`.

@@ -183,7 +183,11 @@ impl Lab {
 
     /// The router's kernel route to `prefix`: its next hops (one per PoP under ECMP).
     pub fn next_hops(&self, router: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
-        let routes = netns::run_ok(&namespace(router), &format!("ip -4 route show {prefix}"))?;
+        let family = if prefix.contains(':') { "-6" } else { "-4" };
+        let routes = netns::run_ok(
+            &namespace(router),
+            &format!("ip {family} route show {prefix}"),
+        )?;
         Ok(routes
             .split_whitespace()
             .collect::<Vec<_>>()

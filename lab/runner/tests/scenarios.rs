@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use lab::sender::Outcome;
 use support::{
-    LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, RouterWatch, failures, now_ms,
-    router_next_hops,
+    LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, RouterWatch, VIP, VIP6, failures,
+    now_ms, router_next_hops, url,
 };
 
 /// Runs every scenario (or those whose name contains an argument:
@@ -72,8 +72,10 @@ type Scenario = fn(&LabCli);
 
 /// In the order they run: each leaves the lab as it found it.
 const SCENARIOS: &[(&str, Scenario)] = &[
-    ("reach", reach),
-    ("pop_failure", pop_failure),
+    ("reach", |lab| reach(lab, V4)),
+    ("reach_v6", |lab| reach(lab, V6)),
+    ("pop_failure", |lab| pop_failure(lab, V4)),
+    ("pop_failure_v6", |lab| pop_failure(lab, V6)),
     ("drain", drain),
     ("degrade", degrade),
     ("agent_crash", agent_crash),
@@ -95,9 +97,34 @@ fn passes(name: &str, check: impl FnOnce()) -> bool {
     ok
 }
 
-/// Signed webhooks to the VIP land on both PoPs (ECMP) and each 2xx is at the origin once.
-fn reach(lab: &LabCli) {
-    let outcomes = lab.load("reach", 50, Duration::from_secs(4)).finish(lab);
+/// An anycast address the PoPs announce, and how its scenarios name it.
+#[derive(Clone, Copy)]
+struct Anycast {
+    vip: &'static str,
+    /// Appended to scenario names and delivery ids.
+    tag: &'static str,
+}
+
+const V4: Anycast = Anycast { vip: VIP, tag: "" };
+const V6: Anycast = Anycast {
+    vip: VIP6,
+    tag: "-v6",
+};
+
+/// Datagrams `reach` sends to a port no PoP serves.
+const JUNK_DATAGRAMS: u32 = 20;
+
+/// Signed webhooks to the VIP land on both PoPs (ECMP) and each 2xx is at the origin
+/// once; junk to the VIP dies in XDP.
+fn reach(lab: &LabCli, anycast: Anycast) {
+    let outcomes = lab
+        .load_to(
+            &url(anycast.vip),
+            &format!("reach{}", anycast.tag),
+            50,
+            Duration::from_secs(4),
+        )
+        .finish(lab);
     let acked = outcomes.iter().filter(|o| o.acked()).count();
     let mut by_pop: HashMap<String, usize> = HashMap::new();
     for outcome in &outcomes {
@@ -114,21 +141,41 @@ fn reach(lab: &LabCli) {
     }
     let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(15));
     assert_eq!((missing, duplicated), (0, 0));
+    // XDP guards the address: UDP to a port not served is dropped at the PoPs' NICs.
+    let drops_before = lab.xdp_drops();
+    let junk = format!(
+        "'for n in $(seq {JUNK_DATAGRAMS}); do echo junk > /dev/udp/{}/9; done'",
+        anycast.vip
+    );
+    lab.run(&["exec", "client", "--", "bash", "-c", &junk]);
+    let dropped = lab.xdp_drops() - drops_before;
+    assert!(
+        dropped >= f64::from(JUNK_DATAGRAMS),
+        "XDP dropped {dropped} of {JUNK_DATAGRAMS} junk datagrams to {}",
+        anycast.vip
+    );
     println!(
-        "scenario reach: {acked}/{} acked, pop-a {} pop-b {}, at the origin exactly once: {acked}",
+        "scenario reach{}: {acked}/{} acked to {}, pop-a {} pop-b {}, at the origin exactly once: {acked}; XDP dropped {dropped} of {JUNK_DATAGRAMS} UDP datagrams to port 9",
+        anycast.tag,
         outcomes.len(),
+        anycast.vip,
         by_pop["pop-a"],
         by_pop["pop-b"]
     );
 }
 
 /// kill -9 of pop-a's edge under load: its agent withdraws, traffic moves to pop-b.
-fn pop_failure(lab: &LabCli) {
-    let load = lab.load("popfail", 50, Duration::from_secs(10));
+fn pop_failure(lab: &LabCli, anycast: Anycast) {
+    let load = lab.load_to(
+        &url(anycast.vip),
+        &format!("popfail{}", anycast.tag),
+        50,
+        Duration::from_secs(10),
+    );
     std::thread::sleep(Duration::from_secs(3));
     let killed_ms = now_ms();
     lab.run(&["stop", "pop-a", "edge", "--kill"]);
-    let withdrawn = lab.wait_next_hops(1, Duration::from_secs(10));
+    let withdrawn = lab.wait_next_hops_for(anycast.vip, 1, Duration::from_secs(10));
     let outcomes = load.finish(lab);
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.acked()).collect();
     let last_failure = failed
@@ -147,11 +194,13 @@ fn pop_failure(lab: &LabCli) {
     );
     // The acked events of the dead edge are in its spool: they arrive once it is back.
     lab.run(&["start", "pop-a", "edge"]);
+    lab.wait_next_hops_for(anycast.vip, 2, Duration::from_secs(30));
     lab.wait_next_hops(2, Duration::from_secs(30));
     let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(20));
     assert_eq!((missing, duplicated), (0, 0));
     println!(
-        "scenario pop-failure: withdrawn at the router {} ms after kill -9, last failed request sent {last_failure} ms after it, {} of {} requests failed, 0 acked events missing at the origin",
+        "scenario pop-failure{}: withdrawn at the router {} ms after kill -9, last failed request sent {last_failure} ms after it, {} of {} requests failed, 0 acked events missing at the origin",
+        anycast.tag,
         withdrawn.as_millis(),
         failed.len(),
         outcomes.len()

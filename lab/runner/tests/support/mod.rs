@@ -76,10 +76,16 @@ impl LabCli {
             .unwrap()
     }
 
-    /// Starts the client's sender in the background.
+    /// Starts the client's sender in the background, to the IPv4 anycast address.
     pub fn load(&self, prefix: &str, rate: u32, duration: Duration) -> Load {
+        self.load_to(&url(VIP), prefix, rate, duration)
+    }
+
+    /// Starts the client's sender in the background, to `url`.
+    pub fn load_to(&self, url: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
         let child = Command::new(env!("CARGO_BIN_EXE_lab"))
             .args(["exec", "client", "--", env!("CARGO_BIN_EXE_lab"), "send"])
+            .args(["--url", url])
             .args(["--rate", &rate.to_string()])
             .args(["--duration", &format!("{}ms", duration.as_millis())])
             .args(["--id-prefix", prefix])
@@ -93,29 +99,38 @@ impl LabCli {
         router_next_hops()
     }
 
-    /// Waits until the router has `count` next hops for the VIP; returns how long it took.
+    /// Waits until the router has `count` next hops for the IPv4 VIP; returns how long
+    /// it took.
     pub fn wait_next_hops(&self, count: usize, timeout: Duration) -> Duration {
-        self.wait_router(&format!("{count} next hops"), timeout, |hops| {
+        self.wait_next_hops_for(VIP, count, timeout)
+    }
+
+    /// Waits until the router has `count` next hops for `vip`.
+    pub fn wait_next_hops_for(&self, vip: &str, count: usize, timeout: Duration) -> Duration {
+        self.wait_router(vip, &format!("{count} next hops"), timeout, |hops| {
             hops.len() == count
         })
     }
 
-    /// Waits until the router's next hops for the VIP are exactly `hops`.
+    /// Waits until the router's next hops for the IPv4 VIP are exactly `hops`.
     pub fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
-        self.wait_router(&format!("next hops {hops:?}"), timeout, |now| now == hops)
+        self.wait_router(VIP, &format!("next hops {hops:?}"), timeout, |now| {
+            now == hops
+        })
     }
 
     fn wait_router(
         &self,
+        vip: &str,
         what: &str,
         timeout: Duration,
         reached: impl Fn(&[String]) -> bool,
     ) -> Duration {
         let started = Instant::now();
-        while !reached(&self.next_hops()) {
+        while !reached(&router_next_hops_for(vip)) {
             assert!(
                 started.elapsed() < timeout,
-                "router never reached {what}: {}",
+                "router never reached {what} for {vip}: {}",
                 self.run(&["status"])
             );
             std::thread::sleep(Duration::from_millis(50));
@@ -277,10 +292,16 @@ impl Load {
     }
 }
 
-/// The router's next hops for the VIP (one per announcing PoP).
+/// The router's next hops for the IPv4 VIP (one per announcing PoP).
 pub fn router_next_hops() -> Vec<String> {
+    router_next_hops_for(VIP)
+}
+
+/// The router's next hops for `vip`, IPv4 or IPv6 (one per announcing PoP).
+pub fn router_next_hops_for(vip: &str) -> Vec<String> {
+    let family = if vip.contains(':') { "-6" } else { "-4" };
     let output = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["exec", "rtr", "--", "ip", "-4", "route", "show", VIP])
+        .args(["exec", "rtr", "--", "ip", family, "route", "show", vip])
         .output()
         .unwrap();
     let routes = String::from_utf8_lossy(&output.stdout);
@@ -383,6 +404,16 @@ pub fn now_ms() -> u64 {
 }
 
 pub const VIP: &str = "192.0.2.10";
+pub const VIP6: &str = "2001:db8:a::10";
+
+/// The lab's GitHub webhook route at `vip`.
+pub fn url(vip: &str) -> String {
+    if vip.contains(':') {
+        format!("https://[{vip}]/hooks/github")
+    } else {
+        format!("https://{vip}/hooks/github")
+    }
+}
 /// The PoPs' addresses on their links to the router (the router's next hops).
 pub const POP_A_ADDR: &str = "10.0.1.2";
 pub const POP_B_ADDR: &str = "10.0.2.2";
