@@ -42,7 +42,11 @@ impl Admin {
                     format!("not ready: {reason}\n"),
                 ),
             },
-            "/metrics" => Answer::openmetrics(self.metrics.encode()),
+            "/metrics" => {
+                let ready = self.unready_reason().is_none();
+                self.metrics.ready.set(i64::from(ready));
+                Answer::openmetrics(self.metrics.encode())
+            }
             _ => Answer::not_found("/healthz /readyz /metrics"),
         }
     }

@@ -2,6 +2,9 @@
 //! here under `edge_*` (admission under `webhook_ingress_*`); every series carries the
 //! `pop` label, and every limit the edge enforces has a counter in its subsystem.
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::admission::AdmissionMetrics;
@@ -14,6 +17,8 @@ use crate::tls::TlsMetrics;
 
 pub struct Metrics {
     registry: Registry,
+    /// 1 while `/readyz` would answer 200; set at each scrape.
+    pub ready: Gauge,
     pub admission: AdmissionMetrics,
     pub backhaul: BackhaulMetrics,
     pub connections: ConnectionMetrics,
@@ -33,10 +38,24 @@ impl Metrics {
         let tls = TlsMetrics::register(edge);
         let backhaul = BackhaulMetrics::register(edge);
         let reload = ReloadMetrics::register(edge);
+        let ready = Gauge::default();
+        edge.register(
+            "ready",
+            "1 while this PoP can accept and store events (/readyz answers 200)",
+            ready.clone(),
+        );
+        let build_info = Family::<Version, Gauge>::default();
+        build_info
+            .get_or_create(&Version {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        edge.register("build_info", "The running build, by version", build_info);
         let admission = AdmissionMetrics::default();
         admission.register(&mut registry);
         Self {
             registry,
+            ready,
             admission,
             backhaul,
             connections,
@@ -51,4 +70,9 @@ impl Metrics {
     pub fn encode(&self) -> String {
         edge_kit::metrics::encode(&self.registry)
     }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Version {
+    version: &'static str,
 }

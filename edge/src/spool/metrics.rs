@@ -18,6 +18,8 @@ pub struct SpoolMetrics {
     pub bytes: Gauge,
     /// `bytes` as a fraction of `spool.max_bytes`.
     pub fill_ratio: Gauge<f64, AtomicU64>,
+    /// `spool.high_water`: above it `/readyz` fails.
+    pub high_water_ratio: Gauge<f64, AtomicU64>,
     pub segments: Gauge,
     pub backlog_records: Gauge,
     pub fsync_seconds: Histogram,
@@ -31,6 +33,7 @@ impl SpoolMetrics {
             appends: Family::default(),
             bytes: Gauge::default(),
             fill_ratio: Gauge::default(),
+            high_water_ratio: Gauge::default(),
             segments: Gauge::default(),
             backlog_records: Gauge::default(),
             fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
@@ -51,6 +54,11 @@ impl SpoolMetrics {
             "fill_ratio",
             "Bytes held as a fraction of spool.max_bytes (the bgp-agent's degrade check reads it)",
             metrics.fill_ratio.clone(),
+        );
+        spool.register(
+            "high_water_ratio",
+            "spool.high_water: past this fill ratio /readyz fails and the PoP withdraws",
+            metrics.high_water_ratio.clone(),
         );
         spool.register("segments", "Spool segment files", metrics.segments.clone());
         spool.register(

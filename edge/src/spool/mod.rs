@@ -119,6 +119,7 @@ impl Spool {
     ) -> anyhow::Result<(Spool, RecoveryReport)> {
         let recovered = recovery::recover(settings, windows)?;
         reserve::ensure(&settings.dir);
+        metrics.high_water_ratio.set(settings.high_water);
         let report = recovered.report.clone();
         let shared = Arc::new(Shared {
             dir: settings.dir.clone(),
