@@ -40,6 +40,7 @@ pub struct Metrics {
     registry: Registry,
     pub announced: Family<PrefixLabel, Gauge>,
     pub transitions: Family<ChangeLabel, Counter>,
+    pub last_change_timestamp_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub check_results: Family<CheckResultLabel, Counter>,
     pub check_seconds: Family<CheckLabel, Histogram>,
     pub penalty: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -63,6 +64,7 @@ impl Metrics {
             registry: Registry::default(),
             announced: Family::default(),
             transitions: Family::default(),
+            last_change_timestamp_seconds: Gauge::default(),
             check_results: Family::default(),
             check_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 14))
@@ -88,6 +90,11 @@ impl Metrics {
             "transitions",
             "Route changes, by change",
             m.transitions.clone(),
+        );
+        registry.register(
+            "last_change_timestamp_seconds",
+            "Unix time of the last route change this agent decided (0: none yet)",
+            m.last_change_timestamp_seconds.clone(),
         );
         registry.register(
             "check_results",

@@ -205,7 +205,11 @@ fn record_change(
         .get_or_create(&ChangeLabel { change: label })
         .inc();
     tracing::info!(change = label, why = ?agent.why(), penalty = agent.machine().penalty(now), "route change");
-    status.lock().expect("status lock").last_change_unix_ms = Some(edge_kit::clock::unix_ms());
+    let now_ms = edge_kit::clock::unix_ms();
+    metrics
+        .last_change_timestamp_seconds
+        .set(now_ms as f64 / 1e3);
+    status.lock().expect("status lock").last_change_unix_ms = Some(now_ms);
 }
 
 /// The round's result for `/status` and `/metrics`.
