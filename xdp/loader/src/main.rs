@@ -86,6 +86,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         listener,
         Arc::clone(&filter),
         config.pop.clone(),
+        metrics::attached(&config.pop, &config.interface, mode),
     ));
 
     let mut signals = Signals::new()?;
@@ -113,12 +114,17 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
 }
 
 /// `/metrics`: the program's counters, read from its per-CPU map at each scrape.
-async fn serve_metrics(listener: tokio::net::TcpListener, filter: Arc<Mutex<Filter>>, pop: String) {
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    filter: Arc<Mutex<Filter>>,
+    pop: String,
+    attached: String,
+) {
     edge_kit::admin::serve(listener, move |path| match path {
         "/metrics" => {
             let body = match filter.lock().expect("filter lock").counters() {
-                Ok(counters) => metrics::render(&pop, &counters),
-                Err(e) => format!("# error reading counters: {e:#}\n"),
+                Ok(counters) => attached.clone() + &metrics::render(&pop, &counters),
+                Err(e) => format!("{attached}# error reading counters: {e:#}\n"),
             };
             Answer::new(http::StatusCode::OK, PROMETHEUS_TEXT, body)
         }

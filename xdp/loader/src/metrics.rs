@@ -4,6 +4,16 @@ use std::fmt::Write;
 
 use xdp_common::{Counter, REASONS, Reason};
 
+/// `xdp_attached`: constant for the life of the loader, which holds the program on
+/// `interface` until it exits (a stopped loader is a target down).
+pub fn attached(pop: &str, interface: &str, mode: &str) -> String {
+    format!(
+        "# HELP xdp_attached 1 while this loader holds the XDP program on the interface, by mode.\n\
+         # TYPE xdp_attached gauge\n\
+         xdp_attached{{pop=\"{pop}\",interface=\"{interface}\",mode=\"{mode}\"}} 1\n"
+    )
+}
+
 pub fn render(pop: &str, counters: &[Counter; REASONS]) -> String {
     let mut out = String::new();
     out.push_str("# HELP xdp_packets_total Packets seen by the XDP filter, by verdict reason.\n# TYPE xdp_packets_total counter\n");
@@ -100,5 +110,13 @@ mod tests {
         );
         assert_eq!(parse(&text), counters);
         assert!(table(&counters).contains("syn_rate"));
+    }
+
+    #[test]
+    fn attached_names_the_interface_and_mode() {
+        assert!(
+            attached("fra1", "eth0", "driver")
+                .contains(r#"xdp_attached{pop="fra1",interface="eth0",mode="driver"} 1"#)
+        );
     }
 }
