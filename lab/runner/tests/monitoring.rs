@@ -1,0 +1,64 @@
+//! The monitoring role's Prometheus rules, as `promtool` (Debian's prometheus package,
+//! which lab/setup.sh installs) sees them: `check rules` clean, the unit tests pass, and
+//! every alert has a test in which it fires.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[test]
+fn alert_rules_are_valid_and_every_alert_fires_in_a_passing_unit_test() {
+    let rules = role().join("files/webhook-edge.rules.yml");
+    let tests = role().join("tests/webhook-edge.rules.test.yml");
+    promtool(&["check", "rules"], &rules);
+    promtool(&["test", "rules"], &tests);
+
+    let alerts: BTreeSet<String> = yaml(&rules)["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|group| group["rules"].as_sequence().unwrap())
+        .filter_map(|rule| rule["alert"].as_str().map(str::to_owned))
+        .collect();
+    let fired: BTreeSet<String> = yaml(&tests)["tests"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|test| test["alert_rule_test"].as_sequence().unwrap())
+        .filter(|case| {
+            case["exp_alerts"]
+                .as_sequence()
+                .is_some_and(|alerts| !alerts.is_empty())
+        })
+        .map(|case| case["alertname"].as_str().unwrap().to_owned())
+        .collect();
+    let untested: Vec<&String> = alerts.difference(&fired).collect();
+    assert!(untested.is_empty(), "alerts no test fires: {untested:?}");
+    println!(
+        "monitoring: {} alerts, each fired by a passing promtool unit test",
+        alerts.len()
+    );
+}
+
+fn role() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ansible/roles/monitoring")
+}
+
+fn promtool(command: &[&str], file: &Path) {
+    let output = Command::new("promtool")
+        .args(command)
+        .arg(file)
+        .output()
+        .expect("promtool (lab/setup.sh installs Debian's prometheus package)");
+    assert!(
+        output.status.success(),
+        "promtool {command:?} {}:\n{}{}",
+        file.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn yaml(path: &Path) -> serde_yaml::Value {
+    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
