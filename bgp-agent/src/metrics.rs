@@ -13,6 +13,15 @@ pub struct PrefixLabel {
     pub prefix: String,
 }
 
+/// A BGP neighbor's address.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabel {
+    pub peer: String,
+}
+
+/// 1 while the speaker's session with `peer` is established.
+pub type Sessions = Family<PeerLabel, Gauge>;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CheckLabel {
     pub check: String,
@@ -39,6 +48,7 @@ pub struct SpeakerLabel {
 pub struct Metrics {
     registry: Registry,
     pub announced: Family<PrefixLabel, Gauge>,
+    pub sessions: Sessions,
     pub transitions: Family<ChangeLabel, Counter>,
     pub last_change_timestamp_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub check_results: Family<CheckResultLabel, Counter>,
@@ -63,6 +73,7 @@ impl Metrics {
         let m = Self {
             registry: Registry::default(),
             announced: Family::default(),
+            sessions: Family::default(),
             transitions: Family::default(),
             last_change_timestamp_seconds: Gauge::default(),
             check_results: Family::default(),
@@ -85,6 +96,11 @@ impl Metrics {
             "announced",
             "1 while the prefix is announced",
             m.announced.clone(),
+        );
+        registry.register(
+            "session_up",
+            "1 while the speaker's BGP session with the peer is established (ExaBGP: with neighbor-changes in its api block)",
+            m.sessions.clone(),
         );
         registry.register(
             "transitions",

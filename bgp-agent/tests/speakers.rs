@@ -41,6 +41,18 @@ fn wait_for(limit: Duration, condition: impl Fn() -> bool) -> Option<Duration> {
     None
 }
 
+/// The agent reports its BGP session with the upstream established (within a few
+/// seconds: BIRD's is polled every 5 s, ExaBGP's arrives as a neighbor change).
+fn assert_session_up(lab: &Lab) {
+    let series = format!("bgp_agent_session_up{{pop=\"test\",peer=\"{UP_ADDR}\"}} 1");
+    let metrics = || lab.pop_exec(&["curl", "-s", &format!("127.0.0.1:{ADMIN_PORT}/metrics")]);
+    assert!(
+        wait_for(Duration::from_secs(8), || metrics().contains(&series)).is_some(),
+        "no {series}:\n{}",
+        metrics()
+    );
+}
+
 fn wait_down(lab: &Lab, what: &str, limit: Duration) -> Duration {
     lab.wait_vip(false, limit)
         .unwrap_or_else(|| panic!("{what}: VIP still at the upstream after {limit:?}"))
@@ -55,6 +67,7 @@ fn exercise_health_and_drain(
     config: &std::path::Path,
 ) -> Duration {
     wait_up(lab, "start");
+    assert_session_up(lab);
     assert_eq!(lab.upstream_as_path(), [POP_AS]);
 
     // Soft drain: over half full, the route stays, two AS hops longer.

@@ -50,7 +50,11 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&config.pop));
     std::fs::create_dir_all(&config.state_dir)
         .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
-    let speaker = Speaker::new(&config.speaker, config.prefixes.clone());
+    let speaker = Speaker::new(
+        &config.speaker,
+        config.prefixes.clone(),
+        metrics.sessions.clone(),
+    );
     let status = Arc::new(Mutex::new(Status::starting(&config.pop, speaker.kind())));
     let admin = tokio::net::TcpListener::bind(config.admin_listen)
         .await

@@ -17,6 +17,7 @@ use ipnet::IpNet;
 
 use super::Advert;
 use crate::config::SpeakerConfig;
+use crate::metrics::{PeerLabel, Sessions};
 
 pub struct Bird {
     prefixes: Vec<IpNet>,
@@ -85,6 +86,63 @@ impl Bird {
     }
 }
 
+impl Bird {
+    /// Keeps `sessions` at what `birdc show protocols all` says of each BGP protocol,
+    /// every few seconds; while BIRD does not answer, every session it had is down.
+    pub fn watch_sessions(&self, sessions: Sessions) -> impl Future<Output = ()> + use<> {
+        let (birdc, socket) = (self.birdc.clone(), self.socket.clone());
+        async move {
+            let mut known: Vec<String> = Vec::new();
+            let mut tick = tokio::time::interval(SESSION_POLL);
+            loop {
+                tick.tick().await;
+                let output = tokio::time::timeout(
+                    SESSION_POLL,
+                    tokio::process::Command::new(&birdc)
+                        .arg("-s")
+                        .arg(&socket)
+                        .args(["show", "protocols", "all"])
+                        .kill_on_drop(true)
+                        .output(),
+                )
+                .await;
+                let now: Vec<(String, bool)> = match output {
+                    Ok(Ok(out)) if out.status.success() => {
+                        bgp_sessions(&String::from_utf8_lossy(&out.stdout))
+                    }
+                    _ => known.iter().map(|peer| (peer.clone(), false)).collect(),
+                };
+                for (peer, up) in now {
+                    if !known.contains(&peer) {
+                        known.push(peer.clone());
+                    }
+                    sessions
+                        .get_or_create(&PeerLabel { peer })
+                        .set(i64::from(up));
+                }
+            }
+        }
+    }
+}
+
+/// Each BGP protocol's neighbor address and whether its session is established, from
+/// `birdc show protocols all`.
+pub fn bgp_sessions(text: &str) -> Vec<(String, bool)> {
+    let mut sessions = Vec::new();
+    let mut established = None;
+    for line in text.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            let mut fields = line.split_whitespace();
+            established = (fields.nth(1) == Some("BGP")).then(|| line.contains("Established"));
+        } else if let (Some(up), Some(address)) =
+            (established, line.trim().strip_prefix("Neighbor address:"))
+        {
+            sessions.push((address.trim().to_owned(), up));
+        }
+    }
+    sessions
+}
+
 /// The include file's text for `prefixes` carried as `advert`: per address family, the
 /// set of announced prefixes and the sets of those announced specially, placeholder
 /// first.
@@ -124,12 +182,39 @@ pub fn render(define_v4: &str, define_v6: &str, prefixes: &[IpNet], advert: Adve
     )
 }
 
+const SESSION_POLL: Duration = Duration::from_secs(5);
 const PLACEHOLDER_V4: &str = "0.0.0.0/32";
 const PLACEHOLDER_V6: &str = "::/128";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bgp_sessions_from_show_protocols_all() {
+        let text = [
+            "BIRD 2.0.12 ready.",
+            "Name       Proto      Table      State  Since         Info",
+            "device1    Device     ---        up     09:01:04.230  ",
+            "upstream   BGP        ---        up     09:01:05.089  Established   ",
+            "  BGP state:          Established",
+            "    Neighbor address: 10.0.2.1",
+            "    Neighbor AS:      65000",
+            "",
+            "upstream6  BGP        ---        start  09:01:05.013  Active        Socket: Connection refused",
+            "  BGP state:          Active",
+            "    Neighbor address: 2001:db8:2::1",
+            "static1    Static     master4    up     09:01:04.230  ",
+        ]
+        .join("\n");
+        assert_eq!(
+            bgp_sessions(&text),
+            [
+                ("10.0.2.1".to_owned(), true),
+                ("2001:db8:2::1".to_owned(), false)
+            ]
+        );
+    }
 
     #[test]
     fn sets_are_never_empty_and_split_by_family() {

@@ -1,6 +1,10 @@
 //! ExaBGP speaker: the agent runs as an ExaBGP `process`. Commands go to stdout, one per
 //! line, flushed; ExaBGP answers each with `done` or `error` on our stdin.
 //!
+//! With `neighbor-changes` in the neighbor's `api` block, ExaBGP also writes `neighbor
+//! ADDR up|connected|down - REASON` lines: they keep the session gauges, apart from the
+//! acknowledgements.
+//!
 //! If the agent dies, ExaBGP does not withdraw: it respawns the process. A fresh agent
 //! starts withdrawn and says so (a withdraw per prefix) before anything else, so a route
 //! left behind by a dead agent is taken back at once and comes back only after `rise`.
@@ -14,6 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{Advert, GRACEFUL_SHUTDOWN};
 use crate::config::SpeakerConfig;
+use crate::metrics::{PeerLabel, Sessions};
 
 pub struct ExaBgp {
     prefixes: Vec<IpNet>,
@@ -27,7 +32,7 @@ pub struct ExaBgp {
 }
 
 impl ExaBgp {
-    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>) -> Self {
+    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
         let SpeakerConfig::Exabgp {
             communities,
             med,
@@ -43,6 +48,15 @@ impl ExaBgp {
         tokio::spawn(async move {
             let mut lines = BufReader::new(tokio::io::stdin()).lines();
             while let Ok(Some(line)) = lines.next_line().await {
+                if line.starts_with("neighbor ") {
+                    if let Some((peer, up)) = neighbor_change(&line) {
+                        tracing::info!(peer, up, "BGP session changed");
+                        sessions
+                            .get_or_create(&PeerLabel { peer })
+                            .set(i64::from(up));
+                    }
+                    continue;
+                }
                 if tx.send(line).is_err() {
                     break;
                 }
@@ -119,6 +133,22 @@ impl ExaBgp {
     }
 }
 
+/// `neighbor ADDR up` → (ADDR, true); `connected` and `down` → false; other neighbor
+/// messages (updates, keepalives) → None.
+fn neighbor_change(line: &str) -> Option<(String, bool)> {
+    let mut words = line.split_whitespace();
+    let (Some("neighbor"), Some(peer), Some(state)) = (words.next(), words.next(), words.next())
+    else {
+        return None;
+    };
+    let up = match state {
+        "up" => true,
+        "down" | "connected" => false,
+        _ => return None,
+    };
+    Some((peer.to_owned(), up))
+}
+
 fn attributes(
     communities: &[String],
     med: Option<u32>,
@@ -144,6 +174,24 @@ fn attributes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn neighbor_changes_are_told_apart_from_other_messages() {
+        assert_eq!(
+            neighbor_change("neighbor 10.0.1.1 up"),
+            Some(("10.0.1.1".into(), true))
+        );
+        assert_eq!(
+            neighbor_change("neighbor 2001:db8:1::1 down - peer reset"),
+            Some(("2001:db8:1::1".into(), false))
+        );
+        assert_eq!(
+            neighbor_change("neighbor 10.0.1.1 connected"),
+            Some(("10.0.1.1".into(), false))
+        );
+        assert_eq!(neighbor_change("neighbor 10.0.1.1 receive keepalive"), None);
+        assert_eq!(neighbor_change("done"), None);
+    }
 
     #[test]
     fn attribute_text() {

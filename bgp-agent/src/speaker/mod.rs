@@ -13,6 +13,7 @@ pub mod exabgp;
 use ipnet::IpNet;
 
 use crate::config::{Config, SpeakerConfig};
+use crate::metrics::Sessions;
 
 /// What BGP carries for the agent's prefixes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -47,10 +48,17 @@ pub enum Speaker {
 }
 
 impl Speaker {
-    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>) -> Self {
+    /// The speaker for `config`; it keeps `sessions` at the state of its BGP sessions.
+    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
         match config {
-            SpeakerConfig::Exabgp { .. } => Speaker::Exabgp(exabgp::ExaBgp::new(config, prefixes)),
-            SpeakerConfig::Bird { .. } => Speaker::Bird(bird::Bird::new(config, prefixes)),
+            SpeakerConfig::Exabgp { .. } => {
+                Speaker::Exabgp(exabgp::ExaBgp::new(config, prefixes, sessions))
+            }
+            SpeakerConfig::Bird { .. } => {
+                let bird = bird::Bird::new(config, prefixes);
+                tokio::spawn(bird.watch_sessions(sessions));
+                Speaker::Bird(bird)
+            }
         }
     }
 

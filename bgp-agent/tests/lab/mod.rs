@@ -131,7 +131,7 @@ impl Lab {
             &conf,
             format!(
                 "process speaker {{\n  run {process};\n  encoder text;\n}}\n\
-                 neighbor {UP_ADDR} {{\n  router-id {POP_ADDR};\n  local-address {POP_ADDR};\n  local-as 65001;\n  peer-as 65000;\n  hold-time 9;\n  api {{ processes [ speaker ]; }}\n}}\n"
+                 neighbor {UP_ADDR} {{\n  router-id {POP_ADDR};\n  local-address {POP_ADDR};\n  local-as 65001;\n  peer-as 65000;\n  hold-time 9;\n  api {{ processes [ speaker ]; neighbor-changes; }}\n}}\n"
             ),
         )
         .unwrap();
