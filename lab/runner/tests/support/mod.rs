@@ -228,35 +228,18 @@ impl LabCli {
 
     /// `birdc show route VIP/32 all` at the router: every path it has, with attributes.
     fn router_routes(&self) -> String {
-        let prefix = format!("{VIP}/32");
-        self.run(&[
-            "exec",
-            "rtr",
-            "--",
-            "birdc",
-            "-s",
-            "/run/bird.ctl",
-            "show",
-            "route",
-            &prefix,
-            "all",
-        ])
+        self.router_birdc(&["show", "route", &format!("{VIP}/32"), "all"])
+    }
+
+    /// `birdc` at the router, with `args`.
+    fn router_birdc(&self, args: &[&str]) -> String {
+        let birdc = ["exec", "rtr", "--", "birdc", "-s", "/run/bird.ctl"];
+        self.run(&[&birdc[..], args].concat())
     }
 
     /// Updates plus withdraws the router received from pop-a's session.
     pub fn route_changes_from_pop_a(&self) -> u64 {
-        let text = self.run(&[
-            "exec",
-            "rtr",
-            "--",
-            "birdc",
-            "-s",
-            "/run/bird.ctl",
-            "show",
-            "protocols",
-            "all",
-            "pop_a",
-        ]);
+        let text = self.router_birdc(&["show", "protocols", "all", "pop_a"]);
         let received = |label: &str| -> u64 {
             text.lines()
                 .find(|l| l.trim_start().starts_with(label))
