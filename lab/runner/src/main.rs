@@ -106,6 +106,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let status = lab::netns::command(&lab::netns::namespace(&node), &command_line)
                 .status()
                 .map_err(anyhow::Error::from)?;
+            if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+                eprintln!("lab exec: {command_line:?} on {node} died of signal {signal}");
+            }
             return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
         }
         Command::Start { node, service } => {

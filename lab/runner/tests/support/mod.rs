@@ -90,6 +90,7 @@ impl LabCli {
             .args(["--duration", &format!("{}ms", duration.as_millis())])
             .args(["--id-prefix", prefix])
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         Load { child }
@@ -264,7 +265,12 @@ pub struct Load {
 impl Load {
     pub fn finish(self, lab: &LabCli) -> Vec<Outcome> {
         let output = self.child.wait_with_output().unwrap();
-        assert!(output.status.success(), "lab send failed");
+        assert!(
+            output.status.success(),
+            "lab send failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
         let outcomes: Vec<Outcome> = String::from_utf8_lossy(&output.stdout)
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
