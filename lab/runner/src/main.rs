@@ -66,13 +66,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // `lab status | head` should end quietly, as other CLIs do: Rust ignores SIGPIPE, so
-    // the print to the closed pipe would panic.
-    // SAFETY: first thing in main, before any thread exists; SIG_DFL is always valid.
-    unsafe {
-        let _ = signal::signal(signal::Signal::SIGPIPE, signal::SigHandler::SigDfl);
-    }
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Status) {
+        // `lab status | head` should end quietly, as other CLIs do: Rust ignores SIGPIPE, so
+        // the print to the closed pipe would panic. Only here: `lab send` writes to sockets
+        // a peer may reset, and with SIG_DFL that write would kill it.
+        // SAFETY: before any thread exists; SIG_DFL is always valid.
+        unsafe {
+            let _ = signal::signal(signal::Signal::SIGPIPE, signal::SigHandler::SigDfl);
+        }
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
