@@ -71,7 +71,7 @@ cat <<EOF
 demo: the lab is still up. Poke at it:
   $lab status                                   services, BGP sessions, ECMP next hops
   $lab exec client -- curl -sk https://192.0.2.10/hooks/github -X POST -i   (401: unsigned)
-  $lab exec pop-a -- curl -s 127.0.0.1:9180/metrics       the edge's metrics (9181 agent, 9182 XDP)
+  $lab exec pop-a -- curl -s 10.0.1.2:9180/metrics       the edge's metrics (9181 agent, 9182 XDP)
   $lab exec pop-b -- /usr/local/bin/bgp-agent drain --config /etc/edge/agent.yaml
   logs: /run/webhook-lab/<node>/logs/<service>.log
   cargo test --release -p lab --test scenarios -- --nocapture     every scenario

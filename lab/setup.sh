@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server
           llvm-22-dev hping3 python3-scapy iptables slowhttptest nftables
           debootstrap systemd-container netcat-openbsd zstd openssh-client python3-venv dpkg-dev
-          prometheus)
+          prometheus prometheus-node-exporter)
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -21,7 +21,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # These packages start system services; the tests and benchmarks run their own instances.
 if command -v systemctl >/dev/null 2>&1; then
-    systemctl disable --now nginx bird exabgp nats-server prometheus >/dev/null 2>&1 || true
+    systemctl disable --now nginx bird exabgp nats-server prometheus prometheus-node-exporter >/dev/null 2>&1 || true
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -1,11 +1,12 @@
 //! The lab: `topology` reads the containerlab file, `netns` and `runner` build it from
 //! network namespaces and run its services, `machine` boots Debian PoP machines into
-//! it, `sender` is the client's webhook load and `origin` reads what reached the origin
-//! queue.
+//! it, `sender` is the client's webhook load, `origin` reads what reached the origin
+//! queue and `prometheus` what the lab's Prometheus sees.
 
 pub mod machine;
 pub mod netns;
 pub mod origin;
+pub mod prometheus;
 pub mod runner;
 pub mod sender;
 pub mod topology;

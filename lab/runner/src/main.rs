@@ -1,12 +1,14 @@
-//! `lab up|down|status|exec|start|stop` run the topology as network namespaces;
-//! `lab send` and `lab origin` are the client's load and the origin's count, meant to run
-//! inside the lab's nodes (`lab exec client -- lab send ...`).
+//! `lab up|down|status|exec|start|stop` run the topology as network namespaces and `lab
+//! alerts|query` read its Prometheus; `lab send` and `lab origin` are the client's load
+//! and the origin's count, meant to run inside the lab's nodes (`lab exec client -- lab
+//! send ...`).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use lab::prometheus::Prometheus;
 use lab::runner::Lab;
 use nix::sys::signal;
 
@@ -37,8 +39,13 @@ enum Command {
     },
     /// Stop every service and remove every namespace (idempotent).
     Down,
-    /// Services, BGP sessions and the router's anycast next hops.
+    /// Services, BGP sessions, the router's anycast next hops and the alerts the lab's
+    /// Prometheus holds.
     Status,
+    /// The lab Prometheus's alerts, pending and firing, one JSON line each.
+    Alerts,
+    /// A PromQL instant query at the lab's Prometheus; prints its result as JSON.
+    Query { expr: String },
     /// Run a command inside a node.
     Exec {
         node: String,
@@ -102,6 +109,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let hops = lab.next_hops("rtr", vip).unwrap_or_default();
                 println!("rtr: {vip} via {}", hops.join(", "));
             }
+            let prometheus = Prometheus::of(&lab)?;
+            println!("\n{}: alerts", prometheus.node());
+            // A Prometheus that is down or starting is a status, not an error.
+            match prometheus.alerts() {
+                Ok(alerts) if alerts.is_empty() => println!("none pending or firing"),
+                Ok(alerts) => alerts.iter().for_each(|alert| println!("{alert}")),
+                Err(e) => println!("{e:#}"),
+            }
+        }
+        Command::Alerts => {
+            let mut out = std::io::stdout().lock();
+            for alert in Prometheus::of(&lab()?)?.alerts()? {
+                writeln!(out, "{}", serde_json::to_string(&alert)?)?;
+            }
+        }
+        Command::Query { expr } => {
+            println!("{}", Prometheus::of(&lab()?)?.query(&expr)?);
         }
         Command::Exec { node, command } => {
             // Container paths work here as they would in `docker exec`.
