@@ -1,14 +1,16 @@
 //! The whole appliance in the lab topology (network namespaces, as root): real BIRD
-//! and ExaBGP, nats-server, the edge, bgp-agent and edge-xdp on each PoP. Each scenario
-//! prints one result line; together they prove that senders land on the anycast PoPs,
-//! that failures move traffic, and that nothing acknowledged is lost.
+//! and ExaBGP, nats-server, the edge, bgp-agent and edge-xdp on each PoP, Prometheus
+//! watching them. Each scenario prints one result line; together they prove that
+//! senders land on the anycast PoPs, that failures move traffic and raise the right
+//! alerts, and that nothing acknowledged is lost.
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use lab::prometheus::Alert;
 use lab::sender::Outcome;
 use support::{
     LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, RouterWatch, VIP, VIP6, failures,
@@ -72,10 +74,12 @@ type Scenario = fn(&LabCli);
 
 /// In the order they run: each leaves the lab as it found it.
 const SCENARIOS: &[(&str, Scenario)] = &[
+    ("alerts_quiet", alerts_quiet),
     ("reach", |lab| reach(lab, V4)),
     ("reach_v6", |lab| reach(lab, V6)),
     ("pop_failure", |lab| pop_failure(lab, V4)),
     ("pop_failure_v6", |lab| pop_failure(lab, V6)),
+    ("alerts_pop_failure", alerts_pop_failure),
     ("drain", drain),
     ("degrade", degrade),
     ("agent_crash", agent_crash),
@@ -87,6 +91,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     }),
     ("attack", attack),
     ("origin_outage", origin_outage),
+    ("alerts_backhaul_lag", alerts_backhaul_lag),
     ("flap", flap),
 ];
 
@@ -95,6 +100,14 @@ fn passes(name: &str, check: impl FnOnce()) -> bool {
     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).is_ok();
     println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
     ok
+}
+
+/// Scrape targets whose last scrape worked.
+fn targets_up(lab: &LabCli) -> usize {
+    lab.query("count(up == 1)")
+        .ok()
+        .and_then(|data| data["result"][0]["value"][1].as_str()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// An anycast address the PoPs announce, and how its scenarios name it.
@@ -110,6 +123,13 @@ const V6: Anycast = Anycast {
     vip: VIP6,
     tag: "-v6",
 };
+
+/// Every PoP's edge, agent, XDP loader and node exporter.
+const SCRAPE_TARGETS: usize = 8;
+
+/// How long a quiet lab must go without a firing alert: longer than the lab rules'
+/// `for:` of the alerts a starting lab may hold pending.
+const QUIET_WATCH: Duration = Duration::from_secs(25);
 
 /// Datagrams `reach` sends to a port no PoP serves.
 const JUNK_DATAGRAMS: u32 = 20;
@@ -204,6 +224,70 @@ fn pop_failure(lab: &LabCli, anycast: Anycast) {
         withdrawn.as_millis(),
         failed.len(),
         outcomes.len()
+    );
+}
+
+/// The lab as it comes up: Prometheus scrapes every target, and with nothing wrong no
+/// alert fires.
+fn alerts_quiet(lab: &LabCli) {
+    let started = Instant::now();
+    while targets_up(lab) < SCRAPE_TARGETS {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "scrape targets not all up: {:?}",
+            lab.query("up")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let all_up = started.elapsed();
+    let mut pending = BTreeSet::new();
+    let watch = Instant::now();
+    while watch.elapsed() < QUIET_WATCH {
+        let alerts = lab.alerts();
+        let firing: Vec<String> = alerts
+            .iter()
+            .filter(|a| a.firing())
+            .map(ToString::to_string)
+            .collect();
+        assert!(firing.is_empty(), "firing in a quiet lab: {firing:#?}");
+        pending.extend(alerts.iter().map(|a| a.name().to_owned()));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    println!(
+        "scenario alerts-quiet: all {SCRAPE_TARGETS} scrape targets up after {} ms, then {} s without a firing alert (pending on the way: {pending:?})",
+        all_up.as_millis(),
+        QUIET_WATCH.as_secs()
+    );
+}
+
+/// kill -9 of pop-a's edge: the lab's Prometheus fires WebhookEdgeTargetDown for it
+/// within 30 s and nothing else, and it resolves once the edge is back.
+fn alerts_pop_failure(lab: &LabCli) {
+    let edge_down = |a: &Alert| {
+        a.name() == "WebhookEdgeTargetDown" && a.label("pop") == "pop-a" && a.label("job") == "edge"
+    };
+    lab.run(&["stop", "pop-a", "edge", "--kill"]);
+    let fired = lab.wait_alerts(
+        "TargetDown firing for pop-a's edge",
+        Duration::from_secs(30),
+        |alerts| alerts.iter().any(|a| a.firing() && edge_down(a)),
+    );
+    let others: Vec<String> = lab
+        .alerts()
+        .iter()
+        .filter(|a| a.firing() && !edge_down(a))
+        .map(ToString::to_string)
+        .collect();
+    lab.run(&["start", "pop-a", "edge"]);
+    let resolved = lab.wait_alerts("no alert firing", Duration::from_secs(60), |alerts| {
+        !alerts.iter().any(Alert::firing)
+    });
+    lab.wait_next_hops(2, Duration::from_secs(30));
+    assert!(others.is_empty(), "firing beside TargetDown: {others:#?}");
+    println!(
+        "scenario alerts-pop-failure: kill -9 of pop-a's edge -> WebhookEdgeTargetDown{{pop=pop-a, job=edge}} firing after {} ms, nothing else; resolved {} ms after the restart",
+        fired.as_millis(),
+        resolved.as_millis()
     );
 }
 
@@ -504,6 +588,40 @@ fn origin_outage(lab: &LabCli) {
         "scenario origin-outage: 30 s without nats-server, both PoPs announced throughout, {acked}/{} acked, all at the origin {} ms after it returned, 0 lost",
         outcomes.len(),
         caught_up.as_millis()
+    );
+}
+
+/// The origin stopped with events in the PoPs' spools: WebhookEdgeBackhaulLagging fires
+/// (oldest undelivered over 30 s for the lab's 20 s) and resolves once the origin is
+/// back and the spools have delivered.
+fn alerts_backhaul_lag(lab: &LabCli) {
+    lab.run(&["stop", "origin", "nats"]);
+    let stopped = Instant::now();
+    let outcomes = lab.load("lag", 5, Duration::from_secs(3)).finish(lab);
+    let lagging = |alerts: &[Alert]| {
+        alerts
+            .iter()
+            .any(|a| a.firing() && a.name() == "WebhookEdgeBackhaulLagging")
+    };
+    let fired = lab.wait_alerts("BackhaulLagging firing", Duration::from_secs(120), lagging);
+    let fired_after_stop = stopped.elapsed();
+    lab.run(&["start", "origin", "nats"]);
+    let resolved = lab.wait_alerts("no alert firing", Duration::from_secs(60), |alerts| {
+        !alerts.iter().any(Alert::firing)
+    });
+    assert!(
+        outcomes.iter().all(|o| o.acked()),
+        "{:?}",
+        failures(&outcomes)
+    );
+    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(30));
+    assert_eq!((missing, duplicated), (0, 0));
+    println!(
+        "scenario alerts-backhaul-lag: origin stopped, {} events acked into the spools -> WebhookEdgeBackhaulLagging firing {} ms after the stop ({} ms of waiting); resolved {} ms after the origin returned, 0 lost",
+        outcomes.len(),
+        fired_after_stop.as_millis(),
+        fired.as_millis(),
+        resolved.as_millis()
     );
 }
 

@@ -1,5 +1,6 @@
 //! What the lab's end-to-end tests share: the `lab` binary driven as a user would, the
-//! client's load, the router's next hops and the origin's count.
+//! client's load, the router's next hops, the origin's count and the lab Prometheus's
+//! alerts.
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
@@ -8,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lab::origin::Arrival;
+use lab::prometheus::Alert;
 use lab::sender::Outcome;
 
 /// The `lab` binary, with the topology up for the test's lifetime.
@@ -139,6 +141,48 @@ impl LabCli {
         started.elapsed()
     }
 
+    /// The alerts the lab's Prometheus holds, pending and firing.
+    pub fn alerts(&self) -> Vec<Alert> {
+        self.run(&["alerts"])
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// Polls the lab's alerts until `reached` holds for them; returns how long it took.
+    pub fn wait_alerts(
+        &self,
+        what: &str,
+        timeout: Duration,
+        reached: impl Fn(&[Alert]) -> bool,
+    ) -> Duration {
+        let started = Instant::now();
+        loop {
+            let alerts = self.alerts();
+            if reached(&alerts) {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "{what} not reached in {timeout:?}; alerts: {alerts:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// A PromQL instant query at the lab's Prometheus: its `data`, or why it failed.
+    pub fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
+        let output = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["query", expr])
+            .output()
+            .unwrap();
+        if output.status.success() {
+            serde_json::from_slice(&output.stdout).map_err(|e| e.to_string())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    }
+
     pub fn origin(&self) -> Vec<Arrival> {
         self.run(&["exec", "client", "--", env!("CARGO_BIN_EXE_lab"), "origin"])
             .lines()
@@ -205,10 +249,11 @@ impl LabCli {
 
     /// Packets the PoPs' XDP programs dropped, all reasons.
     pub fn xdp_drops(&self) -> f64 {
-        ["pop-a", "pop-b"]
+        [("pop-a", POP_A_ADDR), ("pop-b", POP_B_ADDR)]
             .iter()
-            .map(|pop| {
-                self.run(&["exec", pop, "--", "curl", "-s", "127.0.0.1:9182/metrics"])
+            .map(|(pop, address)| {
+                let metrics = format!("{address}:9182/metrics");
+                self.run(&["exec", pop, "--", "curl", "-s", &metrics])
                     .lines()
                     .filter(|l| l.starts_with("xdp_packets_total") && l.contains("action=\"drop\""))
                     .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
