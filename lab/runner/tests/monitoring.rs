@@ -1,10 +1,13 @@
-//! The monitoring role's Prometheus rules, as `promtool` (Debian's prometheus package,
-//! which lab/setup.sh installs) sees them: `check rules` clean, the unit tests pass, and
-//! every alert has a test in which it fires.
+//! The monitoring role's Prometheus rules and dashboard, as `promtool` (Debian's
+//! prometheus package, which lab/setup.sh installs) sees them: `check rules` clean, the
+//! unit tests pass, every alert has a test in which it fires, and every dashboard query
+//! parses. (The lab scenarios run the dashboard's queries against the lab's Prometheus.)
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use lab::dashboard::{Dashboard, instantiate};
 
 #[test]
 fn alert_rules_are_valid_and_every_alert_fires_in_a_passing_unit_test() {
@@ -24,7 +27,7 @@ fn alert_rules_are_valid_and_every_alert_fires_in_a_passing_unit_test() {
         .as_sequence()
         .unwrap()
         .iter()
-        .flat_map(|test| test["alert_rule_test"].as_sequence().unwrap())
+        .flat_map(|test| test["alert_rule_test"].as_sequence().into_iter().flatten())
         .filter(|case| {
             case["exp_alerts"]
                 .as_sequence()
@@ -37,6 +40,42 @@ fn alert_rules_are_valid_and_every_alert_fires_in_a_passing_unit_test() {
     println!(
         "monitoring: {} alerts, each fired by a passing promtool unit test",
         alerts.len()
+    );
+}
+
+#[test]
+fn every_dashboard_query_is_valid_promql() {
+    let dashboard = Dashboard::load(&Dashboard::file()).unwrap();
+    // As recording rules, so that promtool parses each expression.
+    let rules: Vec<serde_yaml::Value> = dashboard
+        .exprs()
+        .enumerate()
+        .map(|(n, expr)| {
+            serde_yaml::to_value(BTreeMap::from([
+                ("record", format!("dashboard:query_{n}")),
+                ("expr", instantiate(expr, ".*")),
+            ]))
+            .unwrap()
+        })
+        .collect();
+    let count = rules.len();
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-queries.rules.yml");
+    let groups = serde_yaml::to_string(
+        &serde_yaml::to_value(BTreeMap::from([(
+            "groups",
+            vec![BTreeMap::from([
+                ("name", serde_yaml::Value::from("dashboard")),
+                ("rules", serde_yaml::Value::Sequence(rules)),
+            ])],
+        )]))
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::write(&file, groups).unwrap();
+    promtool(&["check", "rules"], &file);
+    println!(
+        "monitoring: {} dashboard panels, {count} queries, all valid PromQL",
+        dashboard.panels.len()
     );
 }
 
