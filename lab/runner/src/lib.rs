@@ -1,8 +1,10 @@
 //! The lab: `topology` reads the containerlab file, `netns` and `runner` build it from
 //! network namespaces and run its services, `machine` boots Debian PoP machines into
 //! it, `sender` is the client's webhook load, `origin` reads what reached the origin
-//! queue and `prometheus` what the lab's Prometheus sees.
+//! queue, `prometheus` what the lab's Prometheus sees and `dashboard` the fleet's Grafana
+//! dashboard as queries.
 
+pub mod dashboard;
 pub mod machine;
 pub mod netns;
 pub mod origin;
