@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use lab::dashboard::{Dashboard, instantiate};
 use lab::prometheus::Alert;
 use lab::sender::Outcome;
 use support::{
@@ -93,6 +94,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("origin_outage", origin_outage),
     ("alerts_backhaul_lag", alerts_backhaul_lag),
     ("flap", flap),
+    ("dashboard", dashboard),
 ];
 
 /// Runs one check, printing `test NAME ... ok|FAILED` as libtest does.
@@ -130,6 +132,19 @@ const SCRAPE_TARGETS: usize = 8;
 /// How long a quiet lab must go without a firing alert: longer than the lab rules'
 /// `for:` of the alerts a starting lab may hold pending.
 const QUIET_WATCH: Duration = Duration::from_secs(25);
+
+/// Dashboard panels that must show both PoPs after the scenarios.
+const CORE_PANELS: &[&str] = &[
+    "Requests by status",
+    "Spool backlog",
+    "Spool fill and high-water mark",
+    "Oldest undelivered event",
+    "Breaker state (0 closed, 1 open, 2 half-open)",
+    "Announced",
+    "BGP sessions up",
+    "XDP drops by reason",
+    "XDP attached",
+];
 
 /// Datagrams `reach` sends to a port no PoP serves.
 const JUNK_DATAGRAMS: u32 = 20;
@@ -650,5 +665,47 @@ fn flap(lab: &LabCli) {
     lab.wait_next_hops(2, Duration::from_secs(60));
     println!(
         "scenario flap: 60 s of jittered 1 Hz readiness flapping on pop-a -> {changes} route changes at the router"
+    );
+}
+
+/// Every query of the fleet's dashboard is valid at the lab's Prometheus with both PoPs
+/// selected, and the core panels show data from both PoPs.
+fn dashboard(lab: &LabCli) {
+    let dashboard = Dashboard::load(&Dashboard::file()).unwrap();
+    let series = |expr: &str| -> Vec<serde_json::Value> {
+        let data = lab
+            .query(&instantiate(expr, "pop-a|pop-b"))
+            .unwrap_or_else(|e| panic!("{expr}: {e}"));
+        data["result"].as_array().cloned().unwrap_or_default()
+    };
+    let mut empty = Vec::new();
+    for panel in &dashboard.panels {
+        let results: Vec<Vec<serde_json::Value>> = panel.exprs.iter().map(|e| series(e)).collect();
+        if results.iter().all(Vec::is_empty) {
+            empty.push(panel.title.as_str());
+        }
+        if CORE_PANELS.contains(&panel.title.as_str()) {
+            for (expr, result) in panel.exprs.iter().zip(&results) {
+                let pops: BTreeSet<&str> = result
+                    .iter()
+                    .filter_map(|s| s["metric"]["pop"].as_str())
+                    .collect();
+                assert_eq!(
+                    pops,
+                    BTreeSet::from(["pop-a", "pop-b"]),
+                    "{}: {expr}",
+                    panel.title
+                );
+            }
+        }
+    }
+    for expr in &dashboard.annotations {
+        series(expr);
+    }
+    println!(
+        "scenario dashboard: {} panels, {} queries valid at the lab's Prometheus, the {} core panels show both PoPs; no data (nothing of theirs happened): {empty:?}",
+        dashboard.panels.len(),
+        dashboard.exprs().count(),
+        CORE_PANELS.len()
     );
 }
