@@ -273,6 +273,7 @@ fn backhaul_settings(nats: &NatsServer) -> BackhaulSettings {
             servers: vec![nats.url()],
             stream: "WEBHOOKS".into(),
             create: false,
+            replicas: 1,
             subject: "webhooks.{pop}.{route}".into(),
             credentials: None,
             token: None,

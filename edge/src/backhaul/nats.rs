@@ -179,6 +179,7 @@ impl NatsSink {
                 name: name.clone(),
                 subjects: vec!["webhooks.>".into()],
                 duplicate_window: Duration::from_secs(120),
+                num_replicas: self.settings.replicas,
                 ..Default::default()
             };
             self.jetstream

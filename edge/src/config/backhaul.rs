@@ -44,6 +44,10 @@ pub struct NatsSettings {
     /// Create the stream (subjects `webhooks.>`) when it does not exist. Default false.
     #[serde(default)]
     pub create: bool,
+    /// Replicas of the stream `create` makes: 3 (or 5) on a JetStream cluster, so that
+    /// losing a server loses no acknowledged event. Default 1.
+    #[serde(default = "NatsSettings::default_replicas")]
+    pub replicas: usize,
     /// `{pop}` and `{route}` are replaced. Default `webhooks.{pop}.{route}`.
     #[serde(default = "NatsSettings::default_subject")]
     pub subject: String,
@@ -194,12 +198,22 @@ impl NatsSettings {
         Duration::from_secs(2)
     }
 
+    fn default_replicas() -> usize {
+        1
+    }
+
     fn validate(self, errors: &mut FieldErrors) -> Self {
         if self.servers.is_empty() {
             errors.add("backhaul.nats.servers", "must list at least one server");
         }
         if self.stream.is_empty() {
             errors.add("backhaul.nats.stream", "must not be empty");
+        }
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            errors.add(
+                "backhaul.nats.replicas",
+                format!("must be 1 to {MAX_REPLICAS} (JetStream's limit)"),
+            );
         }
         if self.reconnect_max < Duration::from_millis(100) {
             errors.add(
@@ -227,3 +241,4 @@ fn default_publish_timeout() -> Duration {
 }
 
 const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+const MAX_REPLICAS: usize = 5;

@@ -244,6 +244,25 @@ routes:
     }
 
     #[test]
+    fn stream_replicas_stay_within_jetstream_limits() {
+        let with = |replicas: &str| {
+            format!(
+                "{GOOD}backhaul:\n  sink: nats\n  nats: {{ servers: [\"nats://127.0.0.1:4222\"], stream: S, create: true{replicas} }}\n"
+            )
+        };
+        let replicas = |text: &str| match parse(text).unwrap().backhaul.unwrap().sink {
+            SinkSettings::Nats(nats) => nats.replicas,
+            SinkSettings::Http(_) => unreachable!("a nats sink"),
+        };
+        assert_eq!(replicas(&with("")), 1);
+        assert_eq!(replicas(&with(", replicas: 3")), 3);
+        for bad in [", replicas: 0", ", replicas: 6"] {
+            let errors = errors_of(&with(bad));
+            assert_eq!(errors[0].0, "backhaul.nats.replicas", "{errors:?}");
+        }
+    }
+
+    #[test]
     fn the_documented_shape_parses() {
         let s = parse(GOOD).unwrap();
         assert_eq!(s.pop, "fra1");
