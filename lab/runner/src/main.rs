@@ -65,10 +65,18 @@ enum Command {
     Send(lab::sender::Plan),
     /// Print every message in the origin's stream as a JSON line (id, pop).
     Origin {
-        #[arg(long, default_value = "nats://10.0.3.2:4222")]
-        nats: String,
+        /// The origin cluster's servers (any one that answers will do).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "nats://10.0.3.2:4222,nats://10.0.3.3:4222,nats://10.0.3.4:4222"
+        )]
+        nats: Vec<String>,
         #[arg(long, default_value = "WEBHOOKS")]
         stream: String,
+        /// Print the stream's replication (leader, peers) instead, as one JSON line.
+        #[arg(long)]
+        replication: bool,
     },
 }
 
@@ -162,7 +170,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 writeln!(out, "{}", serde_json::to_string(outcome)?)?;
             }
         }
-        Command::Origin { nats, stream } => {
+        Command::Origin {
+            nats,
+            stream,
+            replication: true,
+        } => {
+            let replication = runtime()?.block_on(lab::origin::replication(&nats, &stream))?;
+            println!("{}", serde_json::to_string(&replication)?);
+        }
+        Command::Origin { nats, stream, .. } => {
             let arrivals = runtime()?.block_on(lab::origin::arrivals(&nats, &stream))?;
             let mut out = std::io::stdout().lock();
             for arrival in &arrivals {

@@ -1,5 +1,6 @@
 //! What reached the origin: every message in the JetStream stream, by event id
-//! (`Nats-Msg-Id`) and the PoP that delivered it (`Edge-Pop`).
+//! (`Nats-Msg-Id`) and the PoP that delivered it (`Edge-Pop`); and how the stream is
+//! replicated across the origin's cluster.
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -10,9 +11,54 @@ pub struct Arrival {
     pub pop: String,
 }
 
-pub async fn arrivals(server: &str, stream: &str) -> anyhow::Result<Vec<Arrival>> {
+/// The stream's replication, as its leader reports it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Replication {
+    pub leader: String,
+    /// Every replica but the leader.
+    pub peers: Vec<Peer>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Peer {
+    pub name: String,
+    /// Caught up with the leader.
+    pub current: bool,
+    pub offline: bool,
+    /// Operations behind the leader.
+    pub lag: u64,
+}
+
+pub async fn replication(servers: &[String], stream: &str) -> anyhow::Result<Replication> {
+    let client = async_nats::connect(servers).await?;
+    let mut jetstream = async_nats::jetstream::new(client);
+    // Short, so that a caller polling through a leader election sees its end promptly.
+    jetstream.set_timeout(std::time::Duration::from_secs(1));
+    let mut stream = jetstream.get_stream(stream).await?;
+    let cluster = stream
+        .info()
+        .await?
+        .cluster
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("the stream is not clustered"))?;
+    Ok(Replication {
+        leader: cluster.leader.unwrap_or_default(),
+        peers: cluster
+            .replicas
+            .into_iter()
+            .map(|peer| Peer {
+                name: peer.name,
+                current: peer.current,
+                offline: peer.offline,
+                lag: peer.lag.unwrap_or(0),
+            })
+            .collect(),
+    })
+}
+
+pub async fn arrivals(servers: &[String], stream: &str) -> anyhow::Result<Vec<Arrival>> {
     use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
-    let client = async_nats::connect(server).await?;
+    let client = async_nats::connect(servers).await?;
     let jetstream = async_nats::jetstream::new(client);
     let mut stream = jetstream.get_stream(stream).await?;
     let total = stream.info().await?.state.messages as usize;
