@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lab::origin::Arrival;
+use lab::origin::{Arrival, Replication};
 use lab::prometheus::Alert;
 use lab::sender::Outcome;
 
@@ -40,17 +40,25 @@ impl LabCli {
     }
 
     pub fn run(&self, args: &[&str]) -> String {
+        self.try_run(args)
+            .unwrap_or_else(|e| panic!("lab {args:?}: {e}"))
+    }
+
+    /// `lab ARGS`: its stdout, or its output when it fails.
+    pub fn try_run(&self, args: &[&str]) -> Result<String, String> {
         let output = Command::new(env!("CARGO_BIN_EXE_lab"))
             .args(args)
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "lab {args:?}: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
     }
 
     /// A running service's PID, as `lab status` reports it.
@@ -172,21 +180,37 @@ impl LabCli {
 
     /// A PromQL instant query at the lab's Prometheus: its `data`, or why it failed.
     pub fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
-        let output = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(["query", expr])
-            .output()
-            .unwrap();
-        if output.status.success() {
-            serde_json::from_slice(&output.stdout).map_err(|e| e.to_string())
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        let data = self.try_run(&["query", expr])?;
+        serde_json::from_str(&data).map_err(|e| e.to_string())
+    }
+
+    /// Stops every server of the origin's NATS cluster.
+    pub fn stop_origin(&self) {
+        for server in ORIGIN_SERVERS {
+            self.run(&["stop", "origin", server]);
         }
     }
 
-    pub fn origin(&self) -> Vec<Arrival> {
-        self.run(&["exec", "client", "--", env!("CARGO_BIN_EXE_lab"), "origin"])
+    pub fn start_origin(&self) {
+        for server in ORIGIN_SERVERS {
+            self.run(&["start", "origin", server]);
+        }
+    }
+
+    /// The origin stream's replication (leader and peers), or why it could not be read
+    /// (no leader at the moment, say).
+    pub fn origin_replication(&self) -> Result<Replication, String> {
+        let line = self.try_run(&[&CLIENT_LAB[..], &["origin", "--replication"]].concat())?;
+        serde_json::from_str(&line).map_err(|e| e.to_string())
+    }
+
+    /// Every message in the origin's stream, or why it could not be read (a cluster
+    /// still electing its leaders, say).
+    pub fn origin(&self) -> Result<Vec<Arrival>, String> {
+        let lines = self.try_run(&[&CLIENT_LAB[..], &["origin"]].concat())?;
+        lines
             .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
+            .map(|line| serde_json::from_str(line).map_err(|e| e.to_string()))
             .collect()
     }
 
@@ -194,8 +218,16 @@ impl LabCli {
     pub fn wait_for_origin(&self, outcomes: &[Outcome], timeout: Duration) -> (usize, usize) {
         let started = Instant::now();
         loop {
+            let arrivals = match self.origin() {
+                Ok(arrivals) => arrivals,
+                Err(e) => {
+                    assert!(started.elapsed() < timeout, "reading the origin: {e}");
+                    std::thread::sleep(Duration::from_millis(500));
+                    continue;
+                }
+            };
             let mut count: HashMap<String, usize> = HashMap::new();
-            for arrival in self.origin() {
+            for arrival in arrivals {
                 *count.entry(arrival.id).or_default() += 1;
             }
             let acked = outcomes.iter().filter(|o| o.acked());
@@ -449,5 +481,11 @@ pub fn url(vip: &str) -> String {
     }
 }
 /// The PoPs' addresses on their links to the router (the router's next hops).
+/// `lab` run inside the client node.
+const CLIENT_LAB: [&str; 4] = ["exec", "client", "--", env!("CARGO_BIN_EXE_lab")];
+
+/// The origin's NATS servers: lab services named as the servers name themselves.
+pub const ORIGIN_SERVERS: [&str; 3] = ["nats-1", "nats-2", "nats-3"];
+
 pub const POP_A_ADDR: &str = "10.0.1.2";
 pub const POP_B_ADDR: &str = "10.0.2.2";
