@@ -55,7 +55,13 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         config.prefixes.clone(),
         metrics.sessions.clone(),
     );
-    let status = Arc::new(Mutex::new(Status::starting(&config.pop, speaker.kind())));
+    // The drain flag as it is now: a status read before the first round (a playbook
+    // checking a freshly restarted agent) must not report a drained PoP undrained.
+    let status = Arc::new(Mutex::new(Status::starting(
+        &config.pop,
+        speaker.kind(),
+        config.drain_flag().exists(),
+    )));
     let admin = tokio::net::TcpListener::bind(config.admin_listen)
         .await
         .with_context(|| format!("admin_listen {}", config.admin_listen))?;
@@ -160,7 +166,7 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
 }
 
 impl Status {
-    fn starting(pop: &str, speaker: &'static str) -> Self {
+    fn starting(pop: &str, speaker: &'static str, drained: bool) -> Self {
         Status {
             pop: pop.to_owned(),
             route: Advert::Withdrawn.route_name(),
@@ -168,7 +174,7 @@ impl Status {
             why: Why::Starting,
             penalty: 0.0,
             suppressed: false,
-            drained: false,
+            drained,
             transitions: 0,
             speaker,
             last_change_unix_ms: None,
@@ -421,4 +427,15 @@ async fn serve_admin(
         _ => Answer::not_found("/status /metrics"),
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_starting_agent_reports_the_drain_flag_it_finds() {
+        assert!(Status::starting("fra1", "bird", true).drained);
+        assert!(!Status::starting("fra1", "bird", false).drained);
+    }
 }
