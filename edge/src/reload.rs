@@ -103,7 +103,7 @@ impl Reloader {
         let yaml: serde_yaml::Value = serde_yaml::from_str(&text).context("parsed once already")?;
         let needs_restart = config::restart_only_changes(&self.running, &yaml);
         let running = self.server.live.load_full();
-        let tls = tls::reloaded_config(&settings.tls, &running.tls)
+        let tls = tls::reloaded_config(&settings.tls, &running.tls, &self.server.metrics.tls)
             .with_context(|| format!("{}: tls", self.path.display()))?;
         if !needs_restart.is_empty() {
             tracing::warn!(

@@ -29,7 +29,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&settings.pop));
     metrics.reload.generation.set(1);
     let spool = open_spool(&settings, &metrics)?;
-    let (tls_config, shared_tickets) = tls::server_config(&settings.tls)?;
+    let (tls_config, shared_tickets) = tls::server_config(&settings.tls, &metrics.tls)?;
     check_open_files_limit(&settings)?;
     let listeners = settings
         .listen

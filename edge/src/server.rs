@@ -39,7 +39,7 @@ pub struct ServerMetrics {
 
 pub struct Server {
     pub live: ArcSwap<Live>,
-    metrics: ServerMetrics,
+    pub metrics: ServerMetrics,
     pub http: Arc<auto::Builder<TokioExecutor>>,
     pub deadlines: crate::deadline_io::Deadlines,
     /// Connection caps, checked before any TLS work.

@@ -1,7 +1,8 @@
 //! SIGHUP reloads the config under load: 50 signed webhooks/s for 20 s over HTTP/1.1
 //! and HTTP/2 while the certificate is replaced, a route is added, a secret is rotated
 //! (new and old both valid, then the old one removed) and an invalid file is tried.
-//! Not one request fails; each change is seen from outside when it is applied.
+//! Not one request fails; each change is seen from outside when it is applied (the
+//! renewed certificate's expiry in the metrics too).
 
 mod common;
 
@@ -16,6 +17,9 @@ use nix::unistd::Pid;
 const OLD: &str = GITHUB_OLD_SECRET;
 const NEW: &str = GITHUB_SECRET;
 const BOTH: &str = r#"secrets: ["gh-secret", "gh-old-secret"]"#;
+const NOT_AFTER: &str = "edge_tls_certificate_not_after_timestamp_seconds{";
+/// 4096-01-01T00:00:00Z, rcgen's default notAfter.
+const RCGEN_DEFAULT_NOT_AFTER: f64 = 67_090_118_400.0;
 
 #[test]
 fn reload_under_load_changes_certificate_routes_and_secrets_without_a_failed_request() {
@@ -27,8 +31,9 @@ fn reload_under_load_changes_certificate_routes_and_secrets_without_a_failed_req
     let load = Load::start(&edge, Arc::clone(&sign_with_new));
     std::thread::sleep(Duration::from_secs(2));
 
+    assert_eq!(edge.metric(NOT_AFTER), RCGEN_DEFAULT_NOT_AFTER);
     // 1. Renewed certificate (same paths), a new route, the new secret beside the old.
-    write_cert(edge.dir.path());
+    write_cert_expiring(edge.dir.path(), 2031, 5, 17);
     let new_route =
         "  - path: /hooks/added\n    provider: github\n    secrets: [\"added-secret\"]\n";
     let step1 = format!(
@@ -42,6 +47,11 @@ fn reload_under_load_changes_certificate_routes_and_secrets_without_a_failed_req
     let renewed = served_serial(&edge);
     assert_ne!(renewed, first_serial, "the old certificate is still served");
     assert_eq!(renewed, file_serial(&edge));
+    assert_eq!(
+        edge.metric(NOT_AFTER),
+        1_936_742_400.0,
+        "2031-05-17T00:00:00Z"
+    );
     assert_eq!(post(&edge, "/hooks/added", "added-secret", "added-1"), 202);
     assert_eq!(post(&edge, "/hooks/github", OLD, "old-while-both"), 202);
     assert_eq!(post(&edge, "/hooks/github", NEW, "new-while-both"), 202);

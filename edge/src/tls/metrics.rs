@@ -1,10 +1,11 @@
-//! TLS metrics: handshakes by version and resumption, failures, accepted 0-RTT.
-//! Registered under `edge_tls_*`.
+//! TLS metrics: handshakes by version and resumption, failures, accepted 0-RTT, and
+//! when each served certificate expires. Registered under `edge_tls_*`.
 
 use edge_kit::metrics::Reason;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Cheap to clone: every field is a shared handle.
@@ -13,6 +14,7 @@ pub struct TlsMetrics {
     handshakes: Family<Handshake, Counter>,
     handshake_failures: Family<Reason, Counter>,
     pub early_data_connections: Counter,
+    certificate_not_after: Family<Certificate, Gauge>,
 }
 
 impl TlsMetrics {
@@ -35,6 +37,11 @@ impl TlsMetrics {
             "TLS connections whose 0-RTT early data was accepted",
             metrics.early_data_connections.clone(),
         );
+        tls.register(
+            "certificate_not_after_timestamp_seconds",
+            "When each served certificate expires (its notAfter, Unix time), by certificate (default or the SNI name)",
+            metrics.certificate_not_after.clone(),
+        );
         metrics
     }
 
@@ -42,6 +49,19 @@ impl TlsMetrics {
         self.handshakes
             .get_or_create(&Handshake { version, resumed })
             .inc();
+    }
+
+    /// The certificates now served, with their notAfter: replaces the previous set, so
+    /// a certificate a reload dropped leaves the metric.
+    pub fn served_certificates(&self, expiry: &[(String, i64)]) {
+        self.certificate_not_after.clear();
+        for (certificate, not_after) in expiry {
+            self.certificate_not_after
+                .get_or_create(&Certificate {
+                    certificate: certificate.clone(),
+                })
+                .set(*not_after);
+        }
     }
 
     pub fn handshake_failure(&self, reason: &'static str) {
@@ -55,4 +75,9 @@ impl TlsMetrics {
 struct Handshake {
     version: &'static str,
     resumed: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Certificate {
+    certificate: String,
 }

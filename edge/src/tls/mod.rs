@@ -21,10 +21,12 @@ pub use metrics::TlsMetrics;
 use tickets::SharedTickets;
 
 /// The rustls config, and the shared ticket keys when they are in use (to reload them).
+/// `metrics` get the served certificates' expiry.
 pub fn server_config(
     settings: &TlsSettings,
+    metrics: &TlsMetrics,
 ) -> anyhow::Result<(Arc<ServerConfig>, Option<Arc<SharedTickets>>)> {
-    let mut config = identity_and_policy(settings)?;
+    let mut config = identity_and_policy(settings, metrics)?;
     // Stateful sessions are taken out of the cache on use: every ticket resumes (and
     // carries early data) once, which is rustls' anti-replay for 0-RTT.
     config.session_storage = ServerSessionMemoryCache::new(settings.session_cache);
@@ -46,15 +48,20 @@ pub fn server_config(
 pub fn reloaded_config(
     settings: &TlsSettings,
     running: &ServerConfig,
+    metrics: &TlsMetrics,
 ) -> anyhow::Result<Arc<ServerConfig>> {
-    let mut config = identity_and_policy(settings)?;
+    let mut config = identity_and_policy(settings, metrics)?;
     config.session_storage = Arc::clone(&running.session_storage);
     config.ticketer = Arc::clone(&running.ticketer);
     Ok(Arc::new(config))
 }
 
 /// Certificates, versions, ALPN and the 0-RTT policy: everything but session resumption.
-fn identity_and_policy(settings: &TlsSettings) -> anyhow::Result<ServerConfig> {
+/// The certificates' expiry goes to `metrics` once all of it loaded.
+fn identity_and_policy(
+    settings: &TlsSettings,
+    metrics: &TlsMetrics,
+) -> anyhow::Result<ServerConfig> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let default = match &settings.identity {
         Identity::Files { cert, key } => {
@@ -68,6 +75,10 @@ fn identity_and_policy(settings: &TlsSettings) -> anyhow::Result<ServerConfig> {
             .with_context(|| format!("tls.sni[{i}]"))?;
         by_name.insert(sni.server_name.clone(), key);
     }
+    let expiry: Vec<(String, i64)> = std::iter::once((DEFAULT_CERTIFICATE, &default))
+        .chain(by_name.iter().map(|(name, key)| (name.as_str(), key)))
+        .filter_map(|(name, key)| Some((name.to_owned(), not_after(name, key)?)))
+        .collect();
     let versions: &[&SupportedProtocolVersion] = match settings.min_version {
         TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         TlsVersion::Tls13 => &[&rustls::version::TLS13],
@@ -84,7 +95,29 @@ fn identity_and_policy(settings: &TlsSettings) -> anyhow::Result<ServerConfig> {
         // of 0-RTT for a sender waiting on its ack.
         config.send_half_rtt_data = true;
     }
+    metrics.served_certificates(&expiry);
     Ok(config)
+}
+
+/// The end-entity certificate's notAfter as a Unix time. rustls never parses it, so a
+/// certificate our parser finds odd is served anyway, without an expiry metric.
+fn not_after(name: &str, key: &CertifiedKey) -> Option<i64> {
+    use x509_cert::der::Decode;
+    let parsed = key
+        .cert
+        .first()
+        .map(|der| x509_cert::Certificate::from_der(der.as_ref()));
+    match parsed {
+        Some(Ok(cert)) => {
+            let not_after = cert.tbs_certificate.validity.not_after.to_unix_duration();
+            Some(i64::try_from(not_after.as_secs()).unwrap_or(i64::MAX))
+        }
+        Some(Err(e)) => {
+            tracing::warn!(certificate = name, error = %e, "cannot read the certificate's notAfter: no expiry metric for it");
+            None
+        }
+        None => None,
+    }
 }
 
 /// Picks the certificate for the client's SNI name, else the default identity.
@@ -148,4 +181,42 @@ fn self_signed(provider: &rustls::crypto::CryptoProvider) -> anyhow::Result<Arc<
         vec![generated.cert.der().clone()],
         signing_key,
     )))
+}
+
+/// The `certificate` label of the identity served when no SNI name matches.
+const DEFAULT_CERTIFICATE: &str = "default";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_after_is_the_certificates_own() {
+        let mut params = rcgen::CertificateParams::new(vec!["hooks.example.net".into()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(2031, 5, 17);
+        let key_pair = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key_pair).unwrap();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key_pair.serialize_der().into());
+        let certified = CertifiedKey::new(
+            vec![cert.der().clone()],
+            provider.key_provider.load_private_key(key).unwrap(),
+        );
+        // 2031-05-17T00:00:00Z
+        assert_eq!(not_after("default", &certified), Some(1_936_742_400));
+    }
+
+    #[test]
+    fn a_certificate_that_does_not_parse_has_no_expiry() {
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let key_pair = rcgen::KeyPair::generate().unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key_pair.serialize_der().into());
+        let certified = CertifiedKey::new(
+            vec![rustls::pki_types::CertificateDer::from(vec![
+                0x30, 0x03, 0x02, 0x01, 0x01,
+            ])],
+            provider.key_provider.load_private_key(key).unwrap(),
+        );
+        assert_eq!(not_after("default", &certified), None);
+    }
 }

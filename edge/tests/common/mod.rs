@@ -41,12 +41,27 @@ pub fn edge_bin() -> &'static str {
 
 /// Writes a self-signed certificate for localhost/127.0.0.1 into `dir`.
 pub fn write_cert(dir: &Path) -> (PathBuf, PathBuf) {
-    let generated =
-        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    write_cert_with(dir, localhost_cert())
+}
+
+/// Like [`write_cert`], valid until midnight UTC of the date.
+pub fn write_cert_expiring(dir: &Path, year: i32, month: u8, day: u8) -> (PathBuf, PathBuf) {
+    let mut params = localhost_cert();
+    params.not_after = rcgen::date_time_ymd(year, month, day);
+    write_cert_with(dir, params)
+}
+
+fn localhost_cert() -> rcgen::CertificateParams {
+    rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap()
+}
+
+fn write_cert_with(dir: &Path, params: rcgen::CertificateParams) -> (PathBuf, PathBuf) {
+    let key_pair = rcgen::KeyPair::generate().unwrap();
+    let generated = params.self_signed(&key_pair).unwrap();
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
-    std::fs::write(&cert, generated.cert.pem()).unwrap();
-    std::fs::write(&key, generated.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&cert, generated.pem()).unwrap();
+    std::fs::write(&key, key_pair.serialize_pem()).unwrap();
     (cert, key)
 }
 
