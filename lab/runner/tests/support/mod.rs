@@ -178,6 +178,13 @@ impl LabCli {
         }
     }
 
+    /// Waits until no alert is firing; returns how long it took.
+    pub fn wait_no_alert_firing(&self, timeout: Duration) -> Duration {
+        self.wait_alerts("no alert firing", timeout, |alerts| {
+            !alerts.iter().any(Alert::firing)
+        })
+    }
+
     /// A PromQL instant query at the lab's Prometheus: its `data`, or why it failed.
     pub fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
         let data = self.try_run(&["query", expr])?;
@@ -238,6 +245,16 @@ impl LabCli {
             }
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+
+    /// Every request of `outcomes` was acked, and every one is at the origin once.
+    pub fn assert_all_acked_and_at_origin(&self, outcomes: &[Outcome], timeout: Duration) {
+        assert!(
+            outcomes.iter().all(|o| o.acked()),
+            "{:?}",
+            failures(outcomes)
+        );
+        assert_eq!(self.wait_for_origin(outcomes, timeout), (0, 0));
     }
 
     pub fn verify_origin_has_every_ack(&self) {
