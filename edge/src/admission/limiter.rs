@@ -2,16 +2,18 @@
 //! origin), so every rule is tested on a scripted clock.
 //!
 //! - **Adaptive concurrency limit** (Gradient2, after Netflix's concurrency-limits): a
-//!   fast and a slow average of the time requests spend doing real work; the gradient
-//!   `slow / fast`, clamped to 0.5–1.0, shrinks the limit when work gets slower; headroom
-//!   of `sqrt(limit)` lets it grow while latency is steady; the step is smoothed.
+//!   fast and a slow average of the time requests spend doing real work, taken once per
+//!   100 ms window; the gradient `slow / fast`, clamped to 0.5–1.0, shrinks the limit
+//!   when work gets slower; headroom of `sqrt(limit)` lets it grow while latency is
+//!   steady; the step is smoothed.
 //! - **Overload flag** (CoDel, RFC 8289, as Facebook's Wangle uses it for request
 //!   queues): set when the *minimum* queueing delay over a whole interval stayed above
 //!   the target — a standing queue, not a burst. The delay sampled is the age of the
 //!   oldest waiter (0 when the queue is empty): with a LIFO queue the request served
 //!   next is the newest, whose short wait would hide a queue that never drains.
 //! - **A bounded wait queue** with a maximum wait, served newest first (LIFO): the newest
-//!   request is the likeliest to still meet its sender's deadline.
+//!   request is the likeliest to still meet its sender's deadline; high-priority waiters
+//!   go before the others.
 //! - **Priorities**: `High` is shed only when the queue is full, `Default` also while
 //!   overloaded, `Low` whenever no slot is free.
 
@@ -120,6 +122,9 @@ pub struct Limiter {
     next_ticket: Ticket,
     fast_rtt: Option<f64>,
     slow_rtt: Option<f64>,
+    /// Work times of the current limit window: their sum and count.
+    window_work: (f64, u32),
+    window_end: Time,
     interval_end: Time,
     min_delay: Option<Duration>,
     overloaded: bool,
@@ -129,6 +134,7 @@ pub struct Limiter {
 struct Waiter {
     ticket: Ticket,
     since: Time,
+    priority: Priority,
 }
 
 impl Limiter {
@@ -142,6 +148,8 @@ impl Limiter {
             next_ticket: 0,
             fast_rtt: None,
             slow_rtt: None,
+            window_work: (0.0, 0),
+            window_end: LIMIT_WINDOW,
             min_delay: None,
             overloaded: false,
         }
@@ -169,7 +177,11 @@ impl Limiter {
         }
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.queue.push_back(Waiter { ticket, since: now });
+        self.queue.push_back(Waiter {
+            ticket,
+            since: now,
+            priority,
+        });
         Decision::Queued(ticket)
     }
 
@@ -179,12 +191,20 @@ impl Limiter {
     pub fn release(&mut self, now: Time, work: Option<Duration>) -> Vec<Ticket> {
         self.inflight = self.inflight.saturating_sub(1);
         if let Some(work) = work {
-            self.update_limit(work.as_secs_f64());
+            self.window_work.0 += work.as_secs_f64();
+            self.window_work.1 += 1;
+        }
+        if now >= self.window_end {
+            let (sum, count) = std::mem::take(&mut self.window_work);
+            if count > 0 {
+                self.update_limit(sum / f64::from(count));
+            }
+            self.window_end = now + LIMIT_WINDOW;
         }
         self.roll_interval(now);
         let mut granted = Vec::new();
         while self.inflight < self.limit() {
-            let Some(waiter) = self.queue.pop_back() else {
+            let Some(waiter) = self.next_waiter() else {
                 break;
             };
             self.inflight += 1;
@@ -256,6 +276,17 @@ impl Limiter {
     }
 
     /// Samples the queueing delay: how long the oldest waiter has waited (0: no queue).
+    /// The newest high-priority waiter, else the newest: a sender that does not retry
+    /// goes before the ones that will, and the newest is likeliest to meet its deadline.
+    fn next_waiter(&mut self) -> Option<Waiter> {
+        let at = self
+            .queue
+            .iter()
+            .rposition(|w| w.priority == Priority::High)
+            .or_else(|| self.queue.len().checked_sub(1))?;
+        self.queue.remove(at)
+    }
+
     fn observe_queue(&mut self, now: Time) {
         let delay = self.oldest_wait(now);
         self.min_delay = Some(self.min_delay.map_or(delay, |min| min.min(delay)));
@@ -293,10 +324,14 @@ fn ewma(average: Option<f64>, sample: f64, weight: f64) -> f64 {
     average.map_or(sample, |a| a + weight * (sample - a))
 }
 
-/// About the last 10 samples.
-const FAST_WEIGHT: f64 = 0.1;
-/// About the last 500 samples.
-const SLOW_WEIGHT: f64 = 0.002;
+/// The limit moves once per window, on the window's mean work time: per request, its
+/// `sqrt(limit)` headroom would be added thousands of times a second and outrun any
+/// latency signal (the limit ran to its maximum under overload).
+const LIMIT_WINDOW: Duration = Duration::from_millis(100);
+/// About the last 2 windows.
+const FAST_WEIGHT: f64 = 0.5;
+/// About the last 20 windows (2 s).
+const SLOW_WEIGHT: f64 = 0.05;
 
 #[cfg(test)]
 mod tests {
@@ -341,10 +376,11 @@ mod tests {
     #[test]
     fn the_limit_shrinks_when_work_slows_and_recovers_when_it_is_fast_again() {
         let mut l = Limiter::new(settings());
-        let now = steady(&mut l, ms(0), 300, 8, ms(2));
+        // 2 s steady, 2 s ten times slower, 4 s fast again.
+        let now = steady(&mut l, ms(0), 1000, 8, ms(2));
         let steady_limit = l.limit();
         assert!(
-            steady_limit >= 10,
+            steady_limit >= 20,
             "steady latency lets the limit grow: {steady_limit}"
         );
         let now = steady(&mut l, now, 100, 8, ms(20));
@@ -353,12 +389,23 @@ mod tests {
             slowed < steady_limit / 2,
             "latency x10: {steady_limit} -> {slowed}"
         );
-        steady(&mut l, now, 600, 8, ms(2));
+        steady(&mut l, now, 2000, 8, ms(2));
         assert!(
             l.limit() > slowed * 2,
             "fast again: {slowed} -> {}",
             l.limit()
         );
+    }
+
+    #[test]
+    fn the_limit_moves_once_per_window_however_many_requests_end_in_it() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..1000 {
+            assert_eq!(l.acquire(ms(150), Priority::Low), Decision::Admitted);
+            l.release(ms(150), Some(ms(2)));
+        }
+        // One step, 10 -> 10.6; a step per request would have reached the maximum.
+        assert_eq!(l.limit(), 10);
     }
 
     #[test]
@@ -465,6 +512,25 @@ mod tests {
         assert_eq!(l.release(ms(4), None), vec![tickets[2]]);
         assert_eq!(l.release(ms(5), None), vec![tickets[1]]);
         assert_eq!(l.inflight(), 10);
+    }
+
+    #[test]
+    fn high_priority_waiters_are_served_before_the_others() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            l.acquire(ms(0), Priority::High);
+        }
+        let queued =
+            |l: &mut Limiter, at: u64, priority: Priority| match l.acquire(ms(at), priority) {
+                Decision::Queued(t) => t,
+                other => panic!("{other:?}"),
+            };
+        let high_old = queued(&mut l, 1, Priority::High);
+        let default_old = queued(&mut l, 2, Priority::Default);
+        let high_new = queued(&mut l, 3, Priority::High);
+        let default_new = queued(&mut l, 4, Priority::Default);
+        let order: Vec<Ticket> = (5..9).flat_map(|at| l.release(ms(at), None)).collect();
+        assert_eq!(order, vec![high_new, high_old, default_new, default_old]);
     }
 
     #[test]
