@@ -145,8 +145,12 @@ struct Outcome {
 }
 
 fn start(admission: bool) -> Edge {
+    // ADMISSION="max_wait: 50ms, ..." tries other limiter settings.
+    let tuning = std::env::var("ADMISSION")
+        .map(|extra| format!(", {extra}"))
+        .unwrap_or_default();
     let edge = Edge::start("", ROUTES).with_section(&format!(
-        "connections: {{ max: 60000, per_source: 60000, per_trusted_source: 60000 }}\nadmission: {{ enabled: {admission} }}\n"
+        "connections: {{ max: 60000, per_source: 60000, per_trusted_source: 60000 }}\nadmission: {{ enabled: {admission}{tuning} }}\n"
     ));
     let pinned = std::process::Command::new("taskset")
         .args(["-a", "-p", "-c", "0", &edge.pid().to_string()])
