@@ -287,14 +287,22 @@ topology:
     fn the_shipped_topology_parses() {
         let text = include_str!("../../topology.clab.yml");
         let topology = Topology::parse(text).unwrap();
-        for node in ["rtr", "pop-a", "pop-b", "origin", "client", "attacker"] {
+        for node in [
+            "rtr", "pop-a", "pop-b", "origin", "client", "attacker", "mon",
+        ] {
             topology.node(node).unwrap();
         }
-        let pop_a = topology.node("pop-a").unwrap().services().unwrap();
-        let names: Vec<_> = pop_a.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["edge-xdp", "edge", "exabgp"]);
-        let pop_b = topology.node("pop-b").unwrap().services().unwrap();
-        assert!(pop_b.iter().any(|s| s.name == "bird"));
+        let names = |node: &str| -> Vec<String> {
+            let services = topology.node(node).unwrap().services().unwrap();
+            services.into_iter().map(|s| s.name).collect()
+        };
+        assert_eq!(
+            names("pop-a"),
+            ["edge-xdp", "edge", "exabgp", "node-exporter"]
+        );
+        assert!(names("pop-b").iter().any(|s| s == "bird"));
+        assert_eq!(names("origin"), ["nats-1", "nats-2", "nats-3"]);
+        assert_eq!(names("mon"), ["prometheus"]);
     }
 
     #[test]
