@@ -51,32 +51,34 @@ impl Prometheus {
     }
 
     pub fn alerts(&self) -> anyhow::Result<Vec<Alert>> {
-        let data = self.get("/api/v1/alerts")?;
+        let data = self.api("/api/v1/alerts", &[])?;
         serde_json::from_value(data["alerts"].clone()).context("reading /api/v1/alerts")
     }
 
     /// An instant query's result (`data` of `/api/v1/query`); an invalid expression is
     /// an error that carries Prometheus's reason.
     pub fn query(&self, expr: &str) -> anyhow::Result<serde_json::Value> {
-        let url = format!("http://{}/api/v1/query", self.address);
-        let body = netns::run_ok(
-            &namespace(&self.node),
-            &format!(
-                "curl -s --max-time 5 --data-urlencode {} {url}",
-                shell_quote(&format!("query={expr}"))
-            ),
-        )?;
-        answer(&body).with_context(|| format!("query {expr:?}"))
+        self.api("/api/v1/query", &[("query", expr)])
     }
 
-    fn get(&self, path: &str) -> anyhow::Result<serde_json::Value> {
+    /// GET `path` with `params` (URL-encoded by curl): the answer's `data`.
+    fn api(&self, path: &str, params: &[(&str, &str)]) -> anyhow::Result<serde_json::Value> {
         let url = format!("http://{}{path}", self.address);
+        let encoded: String = params
+            .iter()
+            .map(|(name, value)| {
+                format!(
+                    " --data-urlencode {}",
+                    shell_quote(&format!("{name}={value}"))
+                )
+            })
+            .collect();
         let body = netns::run_ok(
             &namespace(&self.node),
-            &format!("curl -s --max-time 5 '{url}'"),
+            &format!("curl -s --max-time 5 -G{encoded} '{url}'"),
         )
         .with_context(|| format!("{}: GET {url}", self.node))?;
-        answer(&body).with_context(|| format!("GET {url}"))
+        answer(&body).with_context(|| format!("GET {url} {params:?}"))
     }
 }
 
