@@ -3,7 +3,7 @@
 //! unit tests pass, every alert has a test in which it fires, and every dashboard query
 //! parses. (The lab scenarios run the dashboard's queries against the lab's Prometheus.)
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -46,32 +46,18 @@ fn alert_rules_are_valid_and_every_alert_fires_in_a_passing_unit_test() {
 #[test]
 fn every_dashboard_query_is_valid_promql() {
     let dashboard = Dashboard::load(&Dashboard::file()).unwrap();
-    // As recording rules, so that promtool parses each expression.
-    let rules: Vec<serde_yaml::Value> = dashboard
+    // As recording rules, so that promtool parses each expression (JSON is YAML).
+    let rules: Vec<serde_json::Value> = dashboard
         .exprs()
         .enumerate()
         .map(|(n, expr)| {
-            serde_yaml::to_value(BTreeMap::from([
-                ("record", format!("dashboard:query_{n}")),
-                ("expr", instantiate(expr, ".*")),
-            ]))
-            .unwrap()
+            serde_json::json!({ "record": format!("dashboard:query_{n}"), "expr": instantiate(expr, ".*") })
         })
         .collect();
     let count = rules.len();
     let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-queries.rules.yml");
-    let groups = serde_yaml::to_string(
-        &serde_yaml::to_value(BTreeMap::from([(
-            "groups",
-            vec![BTreeMap::from([
-                ("name", serde_yaml::Value::from("dashboard")),
-                ("rules", serde_yaml::Value::Sequence(rules)),
-            ])],
-        )]))
-        .unwrap(),
-    )
-    .unwrap();
-    std::fs::write(&file, groups).unwrap();
+    let groups = serde_json::json!({ "groups": [{ "name": "dashboard", "rules": rules }] });
+    std::fs::write(&file, groups.to_string()).unwrap();
     promtool(&["check", "rules"], &file);
     println!(
         "monitoring: {} dashboard panels, {count} queries, all valid PromQL",
