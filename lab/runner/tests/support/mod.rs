@@ -94,7 +94,8 @@ impl LabCli {
     /// Starts the client's sender in the background, to `url`.
     pub fn load_to(&self, url: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
         let child = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(["exec", "client", "--", env!("CARGO_BIN_EXE_lab"), "send"])
+            .args(CLIENT_LAB)
+            .arg("send")
             .args(["--url", url])
             .args(["--rate", &rate.to_string()])
             .args(["--duration", &format!("{}ms", duration.as_millis())])
