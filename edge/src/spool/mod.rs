@@ -465,6 +465,35 @@ mod tests {
         );
     }
 
+    /// A record the reader cannot decode stops it there: what came before is returned
+    /// once, nothing after it is skipped, and the failure is reported on the next call.
+    #[tokio::test]
+    async fn a_read_failure_returns_the_records_before_it_and_skips_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = open(dir.path());
+        for i in 0..20 {
+            spool.append(event(&format!("h{i}"), 700)).await.unwrap();
+        }
+        let segments = list_segments(dir.path()).unwrap();
+        let broken = &segments[2].1;
+        // The broken segment's last record is the one before the next segment's first.
+        let last_good = segments[3].0 - 2;
+        let mut bytes = std::fs::read(broken).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x10;
+        std::fs::write(broken, &bytes).unwrap();
+
+        let mut reader = spool.reader();
+        let before = reader.read_batch(100).unwrap();
+        assert_eq!(
+            before.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=last_good).collect::<Vec<_>>()
+        );
+        assert!(reader.read_batch(100).is_err(), "the bad record again");
+        assert_eq!(reader.next_seq(), last_good + 1, "nothing skipped");
+        spool.close().await;
+    }
+
     #[tokio::test]
     async fn a_second_process_cannot_open_the_same_spool() {
         let dir = tempfile::tempdir().unwrap();

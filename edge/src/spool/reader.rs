@@ -34,9 +34,20 @@ impl SpoolReader {
 
     /// Up to `max` durable records from the current position, in order; empty when the
     /// reader has caught up. Blocking file I/O: call it from a blocking context.
+    ///
+    /// A failure after some records were read returns those records (the reader has
+    /// moved past them, so dropping them would skip them for good); the failure comes
+    /// back on the next call if it lasts.
     pub fn read_batch(&mut self, max: usize) -> io::Result<Vec<Record>> {
-        let durable = self.shared.durable_seq.load(Ordering::Acquire);
         let mut out = Vec::new();
+        match self.fill(&mut out, max) {
+            Err(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    fn fill(&mut self, out: &mut Vec<Record>, max: usize) -> io::Result<()> {
+        let durable = self.shared.durable_seq.load(Ordering::Acquire);
         while out.len() < max && self.next_seq <= durable {
             let (first, offset) = match self.position {
                 Some(position) => position,
@@ -90,7 +101,7 @@ impl SpoolReader {
                 None => break,
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The segment that holds `next_seq`: the newest whose first sequence is not after it.
