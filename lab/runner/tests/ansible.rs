@@ -117,10 +117,7 @@ fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         by
     });
     assert!(pops.len() == 2, "both PoPs answer: {pops:?}");
-    assert_eq!(
-        lab.wait_for_origin(&outcomes, Duration::from_secs(20)),
-        (0, 0)
-    );
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
     println!(
         "scenario ansible-site: site.yml provisioned 2 PoPs (ExaBGP, BIRD) in {:.1} s, {} units active, 2 ECMP paths {} ms after the play, {acked}/{} webhooks acked ({pops:?}), all at the origin",
         run.elapsed.as_secs_f64(),
@@ -188,10 +185,7 @@ fn rolling_deploy(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
             .unwrap();
         assert_eq!(version, fleet.upgrade_version, "{}", machine.name);
     }
-    assert_eq!(
-        lab.wait_for_origin(&outcomes, Duration::from_secs(20)),
-        (0, 0)
-    );
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
     lab.wait_next_hops(2, Duration::from_secs(30));
     println!(
         "scenario ansible-rolling-deploy: {} → {} on 2 PoPs in {:.1} s ({:.1} s per PoP) under 50 webhooks/s: {} of {} requests failed (all in flight across one of the router's {} path changes), fewest router paths {fewest}, every ack at the origin (the load went on {:.1} s after the deploy)",
@@ -354,10 +348,7 @@ fn operations(lab: &LabCli, machines: &[Machine]) {
             machine.name,
             failures(&outcomes)
         );
-        assert_eq!(
-            lab.wait_for_origin(&outcomes, Duration::from_secs(30)),
-            (0, 0)
-        );
+        lab.assert_at_origin_once(&outcomes, Duration::from_secs(30));
         report.push(format!(
             "{}/{unit} {failed}/{} failed, {} reset by an ECMP change (2 paths {:.1} s after the load)",
             machine.name,

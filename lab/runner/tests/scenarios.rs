@@ -179,8 +179,7 @@ fn reach(lab: &LabCli, anycast: Anycast) {
             "ECMP should spread senders: {by_pop:?}"
         );
     }
-    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(15));
-    assert_eq!((missing, duplicated), (0, 0));
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(15));
     // XDP guards the address: UDP to a port not served is dropped at the PoPs' NICs.
     let drops_before = lab.xdp_drops();
     let junk = format!(
@@ -236,8 +235,7 @@ fn pop_failure(lab: &LabCli, anycast: Anycast) {
     lab.run(&["start", "pop-a", "edge"]);
     lab.wait_next_hops_for(anycast.vip, 2, Duration::from_secs(30));
     lab.wait_next_hops(2, Duration::from_secs(30));
-    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(20));
-    assert_eq!((missing, duplicated), (0, 0));
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
     println!(
         "scenario pop-failure{}: withdrawn at the router {} ms after kill -9, last failed request sent {last_failure} ms after it, {} of {} requests failed, 0 acked events missing at the origin",
         anycast.tag,
@@ -362,8 +360,7 @@ fn drain(lab: &LabCli) {
         failures(&outcomes)
     );
     let failed = rehashed.len();
-    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(15));
-    assert_eq!((missing, duplicated), (0, 0));
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(15));
     println!(
         "scenario drain: traffic moved to pop-b {} ms after `drain` (65535:0), withdrawn {} ms after it, edge restarted, re-announced {} ms after undrain; {failed} of {} requests failed (each in flight across a change of the router's ECMP set)",
         moved.as_millis(),
@@ -438,8 +435,7 @@ fn degrade(lab: &LabCli) {
         .filter(|o| o.sent_ms > killed_ms + 3000 && o.pop.as_deref() == Some("pop-a"))
         .count();
     assert!(served_by_a_after > 0, "traffic never returned to pop-a");
-    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(20));
-    assert_eq!((missing, duplicated), (0, 0));
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
     println!(
         "scenario degrade: pop-a degraded, router on pop-b alone after {} ms with pop-a kept as a backup; kill -9 of pop-b's edge → pop-a alone after {} ms; {} of {} requests failed ({} in flight on pop-b as it died, {} rehashed by the router)",
         moved.as_millis(),
@@ -480,8 +476,7 @@ fn agent_crash(lab: &LabCli) {
     let back = lab.wait_next_hops(2, Duration::from_secs(20));
     let outcomes = load.finish(lab);
     let failed = outcomes.iter().filter(|o| !o.acked()).count();
-    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(15));
-    assert_eq!((missing, duplicated), (0, 0));
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(15));
     println!(
         "scenario agent-crash: kill -9 of pop-b's agent -> withdrawn at the router after {} ms, announced again {} ms later; {failed} of {} requests failed",
         withdrawn.as_millis(),
@@ -529,8 +524,7 @@ fn link_failure(lab: &LabCli, pop: &str, detector: &str) {
     );
     lab.wait_next_hops(2, Duration::from_secs(30));
     // Acked on the cut PoP before the cut, delivered once its link is back.
-    let (missing, duplicated) = lab.wait_for_origin(&outcomes, Duration::from_secs(20));
-    assert_eq!((missing, duplicated), (0, 0));
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
     println!(
         "scenario link-failure {pop}: detected by {detector} after {} ms, {failed} of {} requests failed (all sent before the route moved), 0 acked events missing",
         detected.as_millis(),
@@ -586,8 +580,9 @@ fn attack(lab: &LabCli) {
         failures(&outcomes)
     );
     assert!(drops > 1000.0, "XDP dropped only {drops} packets");
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
     println!(
-        "scenario attack: SYN flood + slowloris from the attacker; {acked}/{} legitimate requests acked ({:.1}%), XDP dropped {drops} packets on the PoPs",
+        "scenario attack: SYN flood + slowloris from the attacker; {acked}/{} legitimate requests acked ({:.1}%), all at the origin once, XDP dropped {drops} packets on the PoPs",
         outcomes.len(),
         acked as f64 * 100.0 / outcomes.len() as f64
     );
@@ -611,9 +606,8 @@ fn origin_outage(lab: &LabCli) {
     let acked = outcomes.iter().filter(|o| o.acked()).count();
     assert_eq!(min_hops, 2, "a PoP was withdrawn during the origin outage");
     assert_eq!(acked, outcomes.len(), "{:?}", failures(&outcomes));
-    let (missing, duplicated) = lab.wait_for_origin(&outcomes, CLUSTER_RESTART);
+    lab.assert_at_origin_once(&outcomes, CLUSTER_RESTART);
     let caught_up = returned.elapsed();
-    assert_eq!((missing, duplicated), (0, 0));
     println!(
         "scenario origin-outage: 30 s without the origin cluster, both PoPs announced throughout, {acked}/{} acked, all at the origin {} ms after it returned, 0 lost",
         outcomes.len(),
