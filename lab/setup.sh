@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp nats-server
+packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp
           llvm-22-dev hping3 python3-scapy iptables slowhttptest nftables
           debootstrap systemd-container netcat-openbsd zstd openssh-client python3-venv dpkg-dev
           prometheus prometheus-node-exporter)
@@ -18,6 +18,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The lab's origin fsyncs before each ack (lab/origin/jetstream.conf), which bookworm's
+# nats-server 2.9 cannot do; its JetStream also predates the fixes for writes lost when a
+# server crashes (2.10.23). Debian trixie's build runs on bookworm (libc6 >= 2.34).
+nats_version=2.10.27-1+b2
+if [ "$(dpkg-query -W -f='${Version}' nats-server 2>/dev/null)" != "$nats_version" ]; then
+    echo "setup: installing nats-server $nats_version (Debian trixie)"
+    deb=/var/cache/webhook-edge-lab/nats-server_${nats_version}_amd64.deb
+    mkdir -p /var/cache/webhook-edge-lab
+    curl -sSf --retry 3 -o "$deb.part" \
+        "http://deb.debian.org/debian/pool/main/n/nats-server/nats-server_${nats_version}_amd64.deb"
+    echo "6d913ac987b78734c08537c2adeb1526cf735f216173a9170d94b185fcfe6f8a  $deb.part" | sha256sum -c --quiet
+    mv "$deb.part" "$deb"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        -o Dpkg::Options::=--force-confold "$deb" >/dev/null
 fi
 # These packages start system services; the tests and benchmarks run their own instances.
 if command -v systemctl >/dev/null 2>&1; then
