@@ -30,6 +30,8 @@ const MIX: [usize; 5] = [0, 1, 1, 2, 2];
 const CONNECTIONS: usize = 32;
 /// Closed-loop senders, each waiting for its answer before the next request.
 const SENDERS: usize = 512;
+/// The client's share of its one CPU above which its own queueing shows in the figures.
+const CLIENT_SATURATED: f64 = 0.9;
 
 fn main() {
     raise_open_files();
@@ -40,7 +42,10 @@ fn main() {
         .build()
         .unwrap();
     let body_bytes: usize = env_or("BODY_BYTES", 60_000);
-    let body = Arc::new(format!(r#"{{"pad":"{}"}}"#, "x".repeat(body_bytes)));
+    let body = Arc::new(SignedBody::github(format!(
+        r#"{{"pad":"{}"}}"#,
+        "x".repeat(body_bytes)
+    )));
     // The edge gets CPU 0 and this client CPU 1, so the edge is what saturates: a 64 KiB
     // body costs the edge an HMAC over it, the client only its TLS encryption.
     pin_to_cpu(1);
@@ -52,7 +57,7 @@ fn main() {
     let unloaded_p99 = {
         let edge = start(true);
         let rate = capacity * 0.3;
-        let run = runtime.block_on(open_loop(&edge, &body, rate, Duration::from_secs(5)));
+        let (run, _) = runtime.block_on(open_loop(&edge, &body, rate, Duration::from_secs(5)));
         percentile(
             run.iter()
                 .filter(|r| r.status == Some(202))
@@ -66,12 +71,12 @@ fn main() {
         ms(unloaded_p99)
     );
     println!(
-        "| admission | high ok | default ok | low ok | admitted p99 | (x unloaded) | shed p99 | shed p99 (probe) | peak RSS |"
+        "| admission | offered | client CPU | high ok | default ok | low ok | admitted p99 | (x unloaded) | shed p99 | shed p99 (probe) | peak RSS |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for enabled in [true, false] {
         let edge = start(enabled);
-        let (run, probe) = runtime.block_on(async {
+        let ((run, load), probe) = runtime.block_on(async {
             let probe = tokio::spawn(probe(client(&edge, true), edge.url(PATHS[2]), seconds));
             let run = open_loop(&edge, &body, rate, Duration::from_secs(seconds)).await;
             (run, probe.await.unwrap())
@@ -107,8 +112,10 @@ fn main() {
             }
         };
         println!(
-            "| {} | {:.1} % | {:.1} % | {:.1} % | {:.1} ms | {:.1}x | {} | {} | {} MB |",
+            "| {} | {:.0} req/s | {:.0} % | {:.1} % | {:.1} % | {:.1} % | {:.1} ms | {:.1}x | {} | {} | {} MB |",
             if enabled { "on" } else { "off" },
+            load.offered,
+            load.client_cpu * 100.0,
             ok(PATHS[0]),
             ok(PATHS[1]),
             ok(PATHS[2]),
@@ -118,6 +125,13 @@ fn main() {
             or_dash(probe_shed),
             peak_rss_kib(edge.pid()) / 1024
         );
+        if load.client_cpu > CLIENT_SATURATED || load.offered < rate * 0.95 {
+            eprintln!(
+                "  the client used {:.0} % of its CPU and sent {:.0} of {rate:.0} req/s: this row measures the client as much as the edge",
+                load.client_cpu * 100.0,
+                load.offered
+            );
+        }
         let high: Vec<&Outcome> = run.iter().filter(|r| r.path == PATHS[0]).collect();
         let mut statuses = std::collections::BTreeMap::new();
         for r in &high {
@@ -175,7 +189,7 @@ fn pin_to_cpu(cpu: usize) {
 }
 
 /// Completed requests per second with `senders` senders, each waiting for its answer.
-async fn closed_loop(edge: &Edge, body: &Arc<String>, senders: usize, length: Duration) -> f64 {
+async fn closed_loop(edge: &Edge, body: &Arc<SignedBody>, senders: usize, length: Duration) -> f64 {
     let clients: Vec<reqwest::Client> = (0..CONNECTIONS).map(|_| client(edge, true)).collect();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -186,9 +200,7 @@ async fn closed_loop(edge: &Edge, body: &Arc<String>, senders: usize, length: Du
             let mut done = 0u64;
             while started.elapsed() < length {
                 let delivery = format!("cap-{sender}-{done}");
-                let sent = signed_github(client.post(&url), &delivery, body.as_bytes())
-                    .send()
-                    .await;
+                let sent = body.request(client.post(&url), &delivery).send().await;
                 done += u64::from(sent.is_ok_and(|r| r.status() == 202));
             }
             done
@@ -202,24 +214,31 @@ async fn closed_loop(edge: &Edge, body: &Arc<String>, senders: usize, length: Du
 }
 
 /// `rate` requests a second for `length`, whatever the answers take, in the MIX of
-/// priorities, round-robin over warm HTTP/2 connections.
-async fn open_loop(edge: &Edge, body: &Arc<String>, rate: f64, length: Duration) -> Vec<Outcome> {
+/// priorities, round-robin over warm HTTP/2 connections. Latency counts from when a
+/// request was due, so a client that falls behind shows in it; `Load` says whether it
+/// did (the rate it achieved, its CPU).
+async fn open_loop(
+    edge: &Edge,
+    body: &Arc<SignedBody>,
+    rate: f64,
+    length: Duration,
+) -> (Vec<Outcome>, Load) {
     // Warm connections, as senders keep them: HTTP/2, each its own pool and connection.
     let clients: Vec<reqwest::Client> = (0..CONNECTIONS).map(|_| client(edge, true)).collect();
     let interval = Duration::from_secs_f64(1.0 / rate);
+    let cpu_before = cpu_time();
     let started = tokio::time::Instant::now();
     let total = (rate * length.as_secs_f64()) as u64;
     let mut tasks = tokio::task::JoinSet::new();
     for n in 0..total {
-        tokio::time::sleep_until(started + interval.mul_f64(n as f64)).await;
+        let due = started + interval.mul_f64(n as f64);
+        tokio::time::sleep_until(due).await;
         let path = PATHS[MIX[n as usize % MIX.len()]];
-        let request = signed_github(
+        let request = body.request(
             clients[n as usize % CONNECTIONS].post(edge.url(path)),
             &format!("open-{}-{n}", edge.port),
-            body.as_bytes(),
         );
         tasks.spawn(async move {
-            let sent = Instant::now();
             let status = match tokio::time::timeout(DEADLINE, request.send()).await {
                 Ok(Ok(response)) => Some(response.status().as_u16()),
                 _ => None,
@@ -227,15 +246,41 @@ async fn open_loop(edge: &Edge, body: &Arc<String>, rate: f64, length: Duration)
             Outcome {
                 path,
                 status,
-                latency: sent.elapsed(),
+                latency: due.elapsed(),
             }
         });
     }
+    let offered = total as f64 / started.elapsed().as_secs_f64();
     let mut outcomes = Vec::new();
     while let Some(outcome) = tasks.join_next().await {
         outcomes.push(outcome.unwrap());
     }
-    outcomes
+    let client_cpu = (cpu_time() - cpu_before).as_secs_f64() / started.elapsed().as_secs_f64();
+    (
+        outcomes,
+        Load {
+            offered,
+            client_cpu,
+        },
+    )
+}
+
+/// What the open loop's client managed.
+struct Load {
+    /// Requests per second it sent (below the rate asked when it could not keep up).
+    offered: f64,
+    /// Its CPU time over the run's wall time: near 1.0, its one CPU was the limit.
+    client_cpu: f64,
+}
+
+/// This process's user + system CPU time.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let micros = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+    };
+    micros(usage.user_time()) + micros(usage.system_time())
 }
 
 /// A small low-priority request every 20 ms for `seconds`, on its own connection.
