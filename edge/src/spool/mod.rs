@@ -350,6 +350,14 @@ mod tests {
             .collect()
     }
 
+    /// Flips one bit of the byte `from_end` bytes before the end of `path`.
+    fn flip_byte(path: &std::path::Path, from_end: usize) {
+        let mut bytes = std::fs::read(path).unwrap();
+        let at = bytes.len() - from_end;
+        bytes[at] ^= 0x10;
+        std::fs::write(path, &bytes).unwrap();
+    }
+
     #[tokio::test]
     async fn append_read_checkpoint_and_reopen() {
         let dir = tempfile::tempdir().unwrap();
@@ -478,10 +486,7 @@ mod tests {
         let broken = &segments[2].1;
         // The broken segment's last record is the one before the next segment's first.
         let last_good = segments[3].0 - 2;
-        let mut bytes = std::fs::read(broken).unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0x10;
-        std::fs::write(broken, &bytes).unwrap();
+        flip_byte(broken, 1);
 
         let mut reader = spool.reader();
         let before = reader.read_batch(100).unwrap();
@@ -554,11 +559,7 @@ mod tests {
         }
         spool.close().await;
         // Flip a byte in the middle of the last record.
-        let newest = segment_files(dir.path()).pop().unwrap();
-        let mut bytes = std::fs::read(&newest).unwrap();
-        let middle = bytes.len() - 60;
-        bytes[middle] ^= 0x10;
-        std::fs::write(&newest, &bytes).unwrap();
+        flip_byte(&segment_files(dir.path()).pop().unwrap(), 60);
         let (spool, report) = open(dir.path());
         assert_eq!(report.cut.len(), 1);
         assert_eq!(report.records, 2);
