@@ -255,7 +255,7 @@ impl Server {
                 tracing::info!(%peer, "{what}: closed (logged at most once a second)");
             }
         } else {
-            tracing::debug!(%peer, error = %error, "connection ended with an error");
+            tracing::debug!(%peer, error = ?error, "connection ended with an error");
         }
     }
 }
