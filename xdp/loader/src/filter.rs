@@ -135,6 +135,18 @@ impl Filter {
         Ok((result.return_value, result.duration))
     }
 
+    /// The loaded program's size after the verifier: (instructions, JIT-compiled bytes).
+    pub fn program_size(&self) -> anyhow::Result<(u32, u32)> {
+        let program: &Xdp = self
+            .ebpf
+            .program("edge_xdp")
+            .context("no edge_xdp program")?
+            .try_into()?;
+        let info = program.info()?;
+        let instructions = info.size_translated().unwrap_or(0) / BPF_INSTRUCTION_BYTES;
+        Ok((instructions, info.size_jitted()))
+    }
+
     fn map(&mut self, name: &str) -> anyhow::Result<&mut aya::maps::Map> {
         self.ebpf
             .map_mut(name)
@@ -228,3 +240,6 @@ fn prefix(net: &IpNet) -> Prefix {
         }
     }
 }
+
+/// One eBPF instruction (`struct bpf_insn`); wide immediates take two.
+const BPF_INSTRUCTION_BYTES: u32 = 8;
