@@ -93,16 +93,101 @@ pub struct Limits {
     pub icmp_burst: u64,
 }
 
-/// Bits of the `LISTS` word: which source lists hold entries. The program skips the
-/// lookups of an empty list (an LPM lookup is most of its per-packet cost). This one:
-/// the IPv4 allowlist holds entries.
-pub const ALLOW_V4_SET: u32 = 1;
-/// The IPv6 allowlist holds entries.
-pub const ALLOW_V6_SET: u32 = 2;
-/// The IPv4 blocklist holds entries.
-pub const BLOCK_V4_SET: u32 = 4;
-/// The IPv6 blocklist holds entries.
-pub const BLOCK_V6_SET: u32 = 8;
+/// A source list's summary, checked before its LPM trie (an LPM lookup is most of the
+/// program's per-packet cost when a list is in use): one bit per IPv4 /16 or per hashed
+/// IPv6 /32 that a listed prefix overlaps. A clear bit proves the source is not listed;
+/// a set bit sends the packet to the trie, which decides. An empty list is all clear.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hints {
+    /// The bits, 64 a word: bit `b` is `words[b / 64] >> (b % 64) & 1`.
+    pub words: [u64; HINT_WORDS],
+}
+
+/// Bits in a [`Hints`]: one per value of a 16-bit hint.
+pub const HINT_BITS: usize = 1 << 16;
+/// Words in a [`Hints`].
+pub const HINT_WORDS: usize = HINT_BITS / 64;
+
+/// Indexes of the `HINTS` map: which list a [`Hints`] summarises.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum List {
+    /// The IPv4 allowlist.
+    AllowV4 = 0,
+    /// The IPv6 allowlist.
+    AllowV6 = 1,
+    /// The IPv4 blocklist.
+    BlockV4 = 2,
+    /// The IPv6 blocklist.
+    BlockV6 = 3,
+}
+
+/// How many lists there are: the length of the `HINTS` map.
+pub const LISTS: u32 = 4;
+
+impl Hints {
+    /// Nothing listed.
+    pub const EMPTY: Hints = Hints {
+        words: [0; HINT_WORDS],
+    };
+
+    /// Whether `hint`'s bit is set.
+    #[inline(always)]
+    pub fn has(&self, hint: u16) -> bool {
+        self.words
+            .get(usize::from(hint) / 64)
+            .is_some_and(|word| word >> (hint % 64) & 1 != 0)
+    }
+
+    /// Sets `hint`'s bit.
+    pub fn set(&mut self, hint: u16) {
+        self.words[usize::from(hint) / 64] |= 1 << (hint % 64);
+    }
+
+    /// Sets the bits of every source in an IPv4 prefix (`addr` in host order, masked).
+    pub fn add_v4(&mut self, addr: u32, prefix_len: u8) {
+        let first = v4_hint(addr);
+        let count = if prefix_len >= 16 {
+            1
+        } else {
+            1u32 << (16 - prefix_len)
+        };
+        for offset in 0..count {
+            self.set(first.wrapping_add(offset as u16));
+        }
+    }
+
+    /// Sets the bits of every source in an IPv6 prefix (`top` is its first 32 bits in
+    /// host order, masked). Prefixes up to /16 set every bit.
+    pub fn add_v6(&mut self, top: u32, prefix_len: u8) {
+        if prefix_len <= 16 {
+            self.words = [u64::MAX; HINT_WORDS];
+            return;
+        }
+        let count = if prefix_len >= 32 {
+            1
+        } else {
+            1u32 << (32 - prefix_len)
+        };
+        for offset in 0..count {
+            self.set(v6_hint(top.wrapping_add(offset)));
+        }
+    }
+}
+
+/// An IPv4 source's hint: its /16 (`addr` in host order).
+#[inline(always)]
+pub const fn v4_hint(addr: u32) -> u16 {
+    (addr >> 16) as u16
+}
+
+/// An IPv6 source's hint: its /32 (`top`, the first 32 bits in host order), hashed
+/// (Fibonacci hashing) so that the few /16s holding most of IPv6 spread over the bits.
+#[inline(always)]
+pub const fn v6_hint(top: u32) -> u16 {
+    (top.wrapping_mul(0x9e37_79b1) >> 16) as u16
+}
 
 /// One protected (anycast) prefix, in network byte order split into 64-bit halves
 /// (IPv4 uses the first word's low 32 bits). The program scans at most
@@ -172,6 +257,8 @@ mod user {
     unsafe impl aya::Pod for super::Bucket {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::Prefix {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::Hints {}
 }
 
 #[cfg(test)]
@@ -200,10 +287,66 @@ mod tests {
     }
 
     #[test]
+    fn a_v4_hint_is_set_for_every_source_of_the_prefix_and_few_others() {
+        let mut hints = Hints::EMPTY;
+        hints.add_v4(0xcb00_7100, 24); // 203.0.113.0/24
+        assert!(hints.has(v4_hint(0xcb00_7101)) && hints.has(v4_hint(0xcb00_71ff)));
+        assert!(
+            hints.has(v4_hint(0xcb00_0001)),
+            "the same /16 shares the bit"
+        );
+        assert!(!hints.has(v4_hint(0xcb01_7101)) && !hints.has(v4_hint(0x6440_0001)));
+        assert_eq!(set_bits(&hints), 1);
+
+        let mut wide = Hints::EMPTY;
+        wide.add_v4(0x0a00_0000, 8); // 10.0.0.0/8
+        assert_eq!(set_bits(&wide), 256);
+        assert!(wide.has(v4_hint(0x0a00_0000)) && wide.has(v4_hint(0x0aff_ffff)));
+        assert!(!wide.has(v4_hint(0x0b00_0000)) && !wide.has(v4_hint(0x09ff_ffff)));
+
+        let mut all = Hints::EMPTY;
+        all.add_v4(0, 0);
+        assert_eq!(set_bits(&all), HINT_BITS);
+    }
+
+    #[test]
+    fn a_v6_hint_is_set_for_every_source_of_the_prefix() {
+        let mut hints = Hints::EMPTY;
+        hints.add_v6(0x2001_0db8, 48);
+        assert!(hints.has(v6_hint(0x2001_0db8)));
+        assert!(!hints.has(v6_hint(0x2001_0db9)) && !hints.has(v6_hint(0x2a01_0000)));
+        assert_eq!(set_bits(&hints), 1);
+
+        let mut wide = Hints::EMPTY;
+        wide.add_v6(0x2a00_0000, 20); // 2a00::/20: 4,096 /32s
+        for top in (0x2a00_0000u32..0x2a00_1000).step_by(97) {
+            assert!(wide.has(v6_hint(top)), "{top:x}");
+        }
+        assert!(set_bits(&wide) <= 4096 && set_bits(&wide) > 3000);
+
+        let mut all = Hints::EMPTY;
+        all.add_v6(0x2000_0000, 3);
+        assert_eq!(set_bits(&all), HINT_BITS);
+    }
+
+    #[test]
+    fn v6_hints_spread_a_crowded_slash_16() {
+        let mut hints = Hints::EMPTY;
+        for top in 0x2a01_0000u32..0x2a01_0100 {
+            hints.set(v6_hint(top));
+        }
+        assert!(set_bits(&hints) > 250, "256 /32s of one /16 share few bits");
+    }
+
+    #[test]
     fn reasons_index_their_counter() {
         for (i, reason) in Reason::ALL.iter().enumerate() {
             assert_eq!(*reason as usize, i);
         }
         assert!(!Reason::Allowlist.drops() && Reason::SynRate.drops());
+    }
+
+    fn set_bits(hints: &Hints) -> usize {
+        hints.words.iter().map(|w| w.count_ones() as usize).sum()
     }
 }

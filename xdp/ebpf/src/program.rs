@@ -7,8 +7,8 @@ use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::maps::{Array, LpmTrie, LruHashMap, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
 use xdp_common::{
-    ALLOW_V4_SET, ALLOW_V6_SET, BLOCK_V4_SET, BLOCK_V6_SET, Bucket, Counter, Limits, MAX_PROTECTED,
-    Prefix, REASONS, Reason, take_token,
+    Bucket, Counter, Hints, LISTS, Limits, List, MAX_PROTECTED, Prefix, REASONS, Reason,
+    take_token, v4_hint, v6_hint,
 };
 
 #[map]
@@ -41,8 +41,9 @@ static SYN_V4: LruHashMap<u32, Bucket> = LruHashMap::with_max_entries(RATE_ENTRI
 static SYN_V6: LruHashMap<u64, Bucket> = LruHashMap::with_max_entries(RATE_ENTRIES, 0);
 #[map]
 static ICMP_BUCKET: Array<Bucket> = Array::with_max_entries(1, 0);
+/// Each list's [`Hints`], indexed by [`List`]: most sources skip the trie lookups.
 #[map]
-static LISTS: Array<u32> = Array::with_max_entries(1, 0);
+static HINTS: Array<Hints> = Array::with_max_entries(LISTS, 0);
 
 #[xdp]
 pub fn edge_xdp(ctx: XdpContext) -> u32 {
@@ -175,25 +176,20 @@ fn ipv6(ctx: &XdpContext, offset: usize) -> Reason {
 
 #[inline(always)]
 fn decide(ctx: &XdpContext, addrs: &Addrs, protocol: u8, fragment: bool, l4: usize) -> Reason {
-    let lists = LISTS.get(0).copied().unwrap_or(u32::MAX);
-    let (allowed, blocked, protected) = match addrs {
-        Addrs::V4 { src, dst } => (
-            lists & ALLOW_V4_SET != 0 && ALLOW_V4.get(Key::new(32, *src)).is_some(),
-            lists & BLOCK_V4_SET != 0 && BLOCK_V4.get(Key::new(32, *src)).is_some(),
-            protected(&PROTECTED_V4, 0, [u64::from(u32::from_be_bytes(*dst)), 0]),
-        ),
-        Addrs::V6 { src, dst } => (
-            lists & ALLOW_V6_SET != 0 && ALLOW_V6.get(Key::new(128, *src)).is_some(),
-            lists & BLOCK_V6_SET != 0 && BLOCK_V6.get(Key::new(128, *src)).is_some(),
-            protected(&PROTECTED_V6, 1, halves(dst)),
-        ),
-    };
-    if allowed {
+    let allow = ((List::AllowV4, &ALLOW_V4), (List::AllowV6, &ALLOW_V6));
+    if listed(addrs, allow) {
         return Reason::Allowlist;
     }
-    if blocked {
+    let block = ((List::BlockV4, &BLOCK_V4), (List::BlockV6, &BLOCK_V6));
+    if listed(addrs, block) {
         return Reason::Blocklist;
     }
+    let protected = match addrs {
+        Addrs::V4 { dst, .. } => {
+            protected(&PROTECTED_V4, 0, [u64::from(u32::from_be_bytes(*dst)), 0])
+        }
+        Addrs::V6 { dst, .. } => protected(&PROTECTED_V6, 1, halves(dst)),
+    };
     if !protected {
         return Reason::Pass;
     }
@@ -246,6 +242,31 @@ fn tcp(ctx: &XdpContext, addrs: &Addrs, l4: usize) -> Reason {
         return Reason::SynRate;
     }
     Reason::Pass
+}
+
+/// Whether the source is on a list (IPv4 and IPv6 sides): its hint bit first, then the
+/// trie only when the bit is set.
+#[inline(always)]
+fn listed(
+    addrs: &Addrs,
+    (v4, v6): (
+        (List, &LpmTrie<[u8; 4], u8>),
+        (List, &LpmTrie<[u8; 16], u8>),
+    ),
+) -> bool {
+    let hinted = |list: List, hint| HINTS.get(list as u32).is_some_and(|h| h.has(hint));
+    match addrs {
+        Addrs::V4 { src, .. } => {
+            hinted(v4.0, v4_hint(u32::from_be_bytes(*src)))
+                && v4.1.get(Key::new(32, *src)).is_some()
+        }
+        Addrs::V6 { src, .. } => {
+            hinted(
+                v6.0,
+                v6_hint(u32::from_be_bytes([src[0], src[1], src[2], src[3]])),
+            ) && v6.1.get(Key::new(128, *src)).is_some()
+        }
+    }
 }
 
 /// Per-source token bucket for new connections: per /32, or per /64 for IPv6 (one host

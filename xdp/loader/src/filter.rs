@@ -8,10 +8,7 @@ use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, MapData, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use ipnet::IpNet;
-use xdp_common::{
-    ALLOW_V4_SET, ALLOW_V6_SET, BLOCK_V4_SET, BLOCK_V6_SET, Counter, Limits, PRESENT, Prefix,
-    REASONS, Reason,
-};
+use xdp_common::{Counter, Hints, Limits, List, PRESENT, Prefix, REASONS, Reason};
 
 use crate::config::{Config, Mode};
 
@@ -45,8 +42,16 @@ impl Filter {
     /// Fills every map from `config`: the lists are replaced whole.
     pub fn apply(&mut self, config: &Config) -> anyhow::Result<()> {
         self.set_protected(&config.protected)?;
-        self.set_prefixes("ALLOW_V4", "ALLOW_V6", &config.allowlist)?;
-        self.set_prefixes("BLOCK_V4", "BLOCK_V6", &config.blocklist)?;
+        self.set_prefixes(
+            ("ALLOW_V4", List::AllowV4),
+            ("ALLOW_V6", List::AllowV6),
+            &config.allowlist,
+        )?;
+        self.set_prefixes(
+            ("BLOCK_V4", List::BlockV4),
+            ("BLOCK_V6", List::BlockV6),
+            &config.blocklist,
+        )?;
         self.set_ports("TCP_PORTS", &config.tcp_ports)?;
         self.set_ports("UDP_PORTS", &config.udp_ports)?;
         let limits = Limits {
@@ -57,19 +62,6 @@ impl Filter {
         };
         let mut array: Array<&mut MapData, Limits> = Array::try_from(self.map("LIMITS")?)?;
         array.set(0, limits, 0)?;
-        let has = |list: &[IpNet], v6: bool, bit: u32| {
-            if list.iter().any(|n| matches!(n, IpNet::V6(_)) == v6) {
-                bit
-            } else {
-                0
-            }
-        };
-        let lists = has(&config.allowlist, false, ALLOW_V4_SET)
-            | has(&config.allowlist, true, ALLOW_V6_SET)
-            | has(&config.blocklist, false, BLOCK_V4_SET)
-            | has(&config.blocklist, true, BLOCK_V6_SET);
-        let mut array: Array<&mut MapData, u32> = Array::try_from(self.map("LISTS")?)?;
-        array.set(0, lists, 0)?;
         Ok(())
     }
 
@@ -178,7 +170,16 @@ impl Filter {
         Ok(())
     }
 
-    fn set_prefixes(&mut self, v4: &str, v6: &str, prefixes: &[IpNet]) -> anyhow::Result<()> {
+    /// Replaces a list's tries, then its hints. Like the tries' replacement, this is not
+    /// atomic: a new entry takes effect once its hint is written, moments later.
+    fn set_prefixes(
+        &mut self,
+        (v4, v4_list): (&str, List),
+        (v6, v6_list): (&str, List),
+        prefixes: &[IpNet],
+    ) -> anyhow::Result<()> {
+        let mut v4_hints = Hints::EMPTY;
+        let mut v6_hints = Hints::EMPTY;
         let mut trie4: LpmTrie<&mut MapData, [u8; 4], u8> = LpmTrie::try_from(self.map(v4)?)?;
         let old: Vec<Key<[u8; 4]>> = trie4.keys().collect::<Result<_, _>>()?;
         for key in old {
@@ -191,6 +192,7 @@ impl Filter {
                     PRESENT,
                     0,
                 )?;
+                v4_hints.add_v4(u32::from(addr), net.prefix_len());
             }
         }
         let mut trie6: LpmTrie<&mut MapData, [u8; 16], u8> = LpmTrie::try_from(self.map(v6)?)?;
@@ -205,8 +207,12 @@ impl Filter {
                     PRESENT,
                     0,
                 )?;
+                v6_hints.add_v6((u128::from(addr) >> 96) as u32, net.prefix_len());
             }
         }
+        let mut hints: Array<&mut MapData, Hints> = Array::try_from(self.map("HINTS")?)?;
+        hints.set(v4_list as u32, v4_hints, 0)?;
+        hints.set(v6_list as u32, v6_hints, 0)?;
         Ok(())
     }
 

@@ -458,3 +458,80 @@ fn lists_are_replaced_on_reapply() {
         "the old entry is gone",
     );
 }
+
+#[test]
+fn list_hints_only_skip_sources_the_lists_cannot_hold() {
+    ::lab::require_root!("loading an XDP program");
+    let mut f = filter();
+    let text = CONFIG.replace(
+        "blocklist: [203.0.113.0/24, \"2001:db8:bad::/48\"]",
+        "blocklist: [203.0.113.0/24, 10.0.0.0/7, 172.16.5.7/32, \"2001:db8:bad::/48\", \"2a00::/20\", \"::/0\"]",
+    );
+    f.apply(&Config::parse(&text).unwrap()).unwrap();
+    let ack = |src| ipv4(src, VIP, 6, &tcp(443, ACK)).bytes();
+    for (src, reason, what) in [
+        (
+            Ipv4Addr::new(203, 0, 113, 255),
+            Reason::Blocklist,
+            "in the /24",
+        ),
+        (
+            Ipv4Addr::new(203, 0, 1, 1),
+            Reason::Pass,
+            "its /16, outside the /24",
+        ),
+        (
+            Ipv4Addr::new(10, 0, 0, 1),
+            Reason::Blocklist,
+            "first of a /7",
+        ),
+        (
+            Ipv4Addr::new(11, 255, 255, 255),
+            Reason::Blocklist,
+            "last of a /7",
+        ),
+        (Ipv4Addr::new(12, 0, 0, 0), Reason::Pass, "just past the /7"),
+        (Ipv4Addr::new(172, 16, 5, 7), Reason::Blocklist, "a /32"),
+        (
+            Ipv4Addr::new(172, 16, 5, 8),
+            Reason::Pass,
+            "next to the /32",
+        ),
+    ] {
+        expect(&f, &ack(src), reason, what);
+    }
+    // "::/0" hints every IPv6 source: the trie alone decides, and blocks them all.
+    let ack6 = |src| ipv6(src, VIP6, &[], 6, &tcp(443, ACK)).bytes();
+    expect(
+        &f,
+        &ack6(CLIENT6),
+        Reason::Blocklist,
+        "::/0 holds every source",
+    );
+    let text = text.replace(", \"::/0\"]", "]");
+    f.apply(&Config::parse(&text).unwrap()).unwrap();
+    for (src, reason, what) in [
+        (
+            Ipv6Addr::new(0x2a00, 0xfff, 0, 0, 0, 0, 0, 1),
+            Reason::Blocklist,
+            "in the /20",
+        ),
+        (
+            Ipv6Addr::new(0x2a00, 0x1000, 0, 0, 0, 0, 0, 1),
+            Reason::Pass,
+            "past the /20",
+        ),
+        (
+            Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 9, 0, 0, 0, 1),
+            Reason::Blocklist,
+            "in the /48",
+        ),
+        (
+            CLIENT6,
+            Reason::Pass,
+            "::/0 is gone: the old hints went with it",
+        ),
+    ] {
+        expect(&f, &ack6(src), reason, what);
+    }
+}
