@@ -9,7 +9,7 @@
 //! handshake had completed when the request was seen: before that, the request is
 //! replayable and is treated as early.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -153,9 +153,15 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
                     return Poll::Ready(Ok(()));
                 }
             }
-            match this.conn.reader().read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
+            // Copied straight into the caller's uninitialised buffer: zeroing it first
+            // (`initialize_unfilled`) would cost a memset per read and make every idle
+            // connection's whole HTTP read buffer resident.
+            let mut reader = this.conn.reader();
+            match reader.fill_buf() {
+                Ok(plaintext) => {
+                    let n = plaintext.len().min(buf.remaining());
+                    buf.put_slice(&plaintext[..n]);
+                    reader.consume(n);
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
