@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -25,7 +24,7 @@ use crate::config::Settings;
 use crate::conn_limits::{ConnTable, Source};
 use crate::deadline_io::DeadlineIo;
 use crate::http::webhook::{self, Arrival};
-use crate::http::{App, HttpMetrics, connection_builder};
+use crate::http::{App, ConnectionBuilders, HttpMetrics, connection_builders};
 use crate::sockets::is_fd_exhaustion;
 use crate::tls::TlsMetrics;
 use crate::tls::stream::TlsStream;
@@ -40,7 +39,7 @@ pub struct ServerMetrics {
 pub struct Server {
     pub live: ArcSwap<Live>,
     pub metrics: ServerMetrics,
-    pub http: Arc<auto::Builder<TokioExecutor>>,
+    pub http: ConnectionBuilders,
     pub deadlines: crate::deadline_io::Deadlines,
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
@@ -59,7 +58,7 @@ impl Server {
         Self {
             live: ArcSwap::from_pointee(live),
             metrics,
-            http: Arc::new(connection_builder(&settings.http)),
+            http: connection_builders(&settings.http),
             deadlines: settings.http.deadlines,
             connections: Mutex::new(ConnTable::new(settings.connections.clone())),
             refusal_log: Default::default(),
@@ -180,11 +179,17 @@ impl Server {
             };
             webhook::handle(Arc::clone(&server.live.load().app), arrival, request)
         });
-        let connection = self
-            .http
-            .serve_connection(TokioIo::new(tls), service)
-            .into_owned();
-        if let Err(e) = watcher.watch(connection).await {
+        let io = TokioIo::new(tls);
+        let served = if http2 {
+            watcher
+                .watch(self.http.http2.serve_connection(io, service))
+                .await
+        } else {
+            watcher
+                .watch(self.http.http1.serve_connection(io, service))
+                .await
+        };
+        if let Err(e) = served {
             self.connection_failed(e, http2, peer);
         }
     }
@@ -227,17 +232,11 @@ impl Server {
     }
 
     /// Counts and logs why hyper gave up on a connection (a limit, or a broken client).
-    fn connection_failed(
-        &self,
-        error: Box<dyn std::error::Error + Send + Sync>,
-        http2: bool,
-        peer: std::net::SocketAddr,
-    ) {
-        let hyper_error = error.downcast_ref::<hyper::Error>();
-        if hyper_error.is_some_and(|e| e.is_parse_too_large()) {
+    fn connection_failed(&self, error: hyper::Error, http2: bool, peer: std::net::SocketAddr) {
+        if error.is_parse_too_large() {
             self.metrics.http.reject("header_too_large");
             tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
-        } else if hyper_error.is_some_and(|e| e.is_timeout()) {
+        } else if error.is_timeout() {
             // hyper's only timers: the HTTP/1 head deadline, the HTTP/2 PING answer.
             let (reason, what) = if http2 {
                 (
