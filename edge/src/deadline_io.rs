@@ -151,6 +151,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         let result = Pin::new(&mut this.inner).poll_write(cx, data);
+        if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
+            this.touch();
+        }
         this.watch_stall(cx, result)
     }
 
@@ -168,7 +171,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
 }
 
 impl<S> DeadlineIo<S> {
-    /// A pending write arms the stall timer; progress disarms it; expiry fails the write.
+    /// A pending write arms the stall timer; completion disarms it; expiry fails the write.
     fn watch_stall<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -176,8 +179,9 @@ impl<S> DeadlineIo<S> {
     ) -> Poll<io::Result<T>> {
         match result {
             Poll::Ready(done) => {
+                // Not activity by itself: the HTTP layer flushes on every wake-up, and
+                // an empty flush must not keep an idle connection open.
                 self.stall = None;
-                self.touch();
                 Poll::Ready(done)
             }
             Poll::Pending => {
@@ -255,6 +259,26 @@ mod tests {
         let _client = writer.await.unwrap();
         let started = Instant::now();
         let error = io.read(&mut buf).await.unwrap_err();
+        assert_eq!(
+            (error.kind(), started.elapsed()),
+            (io::ErrorKind::TimedOut, Duration::from_secs(60))
+        );
+        assert_eq!(io.expired(), Some(Expired::Idle));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn empty_flushes_do_not_keep_an_idle_connection_open() {
+        let (server, _client) = duplex(64);
+        let mut io = DeadlineIo::new(server, LIMITS);
+        let started = Instant::now();
+        let mut buf = [0u8; 1];
+        let error = loop {
+            // What hyper does on every wake-up: try to read, flush nothing.
+            match tokio::time::timeout(Duration::from_secs(1), io.read(&mut buf)).await {
+                Ok(result) => break result.unwrap_err(),
+                Err(_) => io.flush().await.unwrap(),
+            }
+        };
         assert_eq!(
             (error.kind(), started.elapsed()),
             (io::ErrorKind::TimedOut, Duration::from_secs(60))
