@@ -1,11 +1,16 @@
 //! Time limits on one client connection, enforced on its byte stream: a write that
 //! makes no progress for `write_stall` (a slow reader), a read side idle for `idle`
-//! (keep-alive connections nobody uses), and a maximum `lifetime` after which reads see
-//! end-of-stream so the HTTP layer finishes what it is doing and closes.
+//! (keep-alive connections nobody uses), an HTTP/1.1 request head that takes longer than
+//! `head` from its first byte (slowloris), and a maximum `lifetime` after which reads
+//! see end-of-stream so the HTTP layer finishes what it is doing and closes.
+//!
+//! The head deadline is ours rather than hyper's: hyper times the wait for a head from
+//! the moment it starts waiting, so an idle keep-alive connection would end after the
+//! head deadline instead of `idle`, counted as a slow head.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -16,6 +21,7 @@ use tokio::time::{Instant, Sleep, sleep, sleep_until};
 pub struct Deadlines {
     pub write_stall: Duration,
     pub idle: Duration,
+    pub head: Duration,
     pub lifetime: Duration,
 }
 
@@ -24,6 +30,7 @@ pub struct Deadlines {
 pub enum Expired {
     WriteStall,
     Idle,
+    Head,
     Lifetime,
 }
 
@@ -32,6 +39,7 @@ impl Expired {
         match self {
             Expired::WriteStall => "write_stall",
             Expired::Idle => "idle",
+            Expired::Head => "header_timeout",
             Expired::Lifetime => "lifetime",
         }
     }
@@ -45,8 +53,72 @@ pub struct DeadlineIo<S> {
     idle: Pin<Box<Sleep>>,
     last_activity: Instant,
     stall: Option<Pin<Box<Sleep>>>,
+    head_clock: Arc<HeadClock>,
+    head_timer: Option<Pin<Box<Sleep>>>,
     expired: Option<Expired>,
     report: Arc<OnceLock<Expired>>,
+}
+
+/// When the HTTP/1.1 request head now being received began, shared by the byte stream
+/// (which sees the bytes) and the request handler (which sees complete heads). Off until
+/// [`HeadClock::start`]: TLS handshakes and HTTP/2 connections have no head deadline.
+#[derive(Debug, Default)]
+pub struct HeadClock(Mutex<HeadState>);
+
+#[derive(Debug, Default)]
+struct HeadState {
+    on: bool,
+    /// When the head being received started; `None` while none is.
+    since: Option<Instant>,
+    /// Requests whose head is complete and whose handling has not finished: bytes read
+    /// meanwhile are their bodies, or the next request pipelined behind them.
+    handling: u32,
+}
+
+impl HeadClock {
+    /// The connection is ready for its first request: the head deadline runs from now.
+    pub fn start(&self) {
+        let mut state = self.state();
+        state.on = true;
+        state.since = Some(Instant::now());
+    }
+
+    /// A complete head arrived: no deadline until the request has been handled and a
+    /// byte of the next one arrives.
+    pub fn request_started(self: &Arc<Self>) -> RequestHandling {
+        let mut state = self.state();
+        state.since = None;
+        state.handling += 1;
+        RequestHandling(Arc::clone(self))
+    }
+
+    fn bytes_read(&self) {
+        let mut state = self.state();
+        if state.on && state.handling == 0 && state.since.is_none() {
+            state.since = Some(Instant::now());
+        }
+    }
+
+    fn deadline(&self, limit: Duration) -> Option<Instant> {
+        self.state().since.map(|since| since + limit)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, HeadState> {
+        // The state stays consistent whatever a panicking holder did: it is plain data.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Held while a request is handled (see [`HeadClock::request_started`]).
+pub struct RequestHandling(Arc<HeadClock>);
+
+impl Drop for RequestHandling {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.handling = state.handling.saturating_sub(1);
+    }
 }
 
 impl<S> DeadlineIo<S> {
@@ -60,6 +132,8 @@ impl<S> DeadlineIo<S> {
             idle: Box::pin(sleep(limits.idle)),
             last_activity: Instant::now(),
             stall: None,
+            head_clock: Arc::default(),
+            head_timer: None,
             expired: None,
             report: Arc::new(OnceLock::new()),
         }
@@ -69,6 +143,11 @@ impl<S> DeadlineIo<S> {
     /// has been handed to the TLS and HTTP layers.
     pub fn report(&self) -> Arc<OnceLock<Expired>> {
         Arc::clone(&self.report)
+    }
+
+    /// The connection's head clock, for its request handler.
+    pub fn head_clock(&self) -> Arc<HeadClock> {
+        Arc::clone(&self.head_clock)
     }
 
     /// Which limit, if any, this connection ran into.
@@ -104,6 +183,26 @@ impl<S> DeadlineIo<S> {
             self.idle.as_mut().reset(due);
         }
     }
+
+    /// Whether the head being received has taken longer than the limit; otherwise the
+    /// timer is set to wake the task when it would.
+    fn head_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(due) = self.head_clock.deadline(self.limits.head) else {
+            self.head_timer = None;
+            return false;
+        };
+        if Instant::now() >= due {
+            return true;
+        }
+        let timer = self
+            .head_timer
+            .get_or_insert_with(|| Box::pin(sleep_until(due)));
+        if timer.deadline() != due {
+            timer.as_mut().reset(due);
+        }
+        let _ = timer.as_mut().poll(cx);
+        false
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for DeadlineIo<S> {
@@ -125,10 +224,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for DeadlineIo<S> {
             Poll::Ready(result) => {
                 if buf.filled().len() > before {
                     this.touch();
+                    this.head_clock.bytes_read();
                 }
                 Poll::Ready(result)
             }
             Poll::Pending => {
+                if this.head_expired(cx) {
+                    this.expire(Expired::Head);
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "request head not received in time",
+                    )));
+                }
                 if this.idle_expired(cx) {
                     this.expire(Expired::Idle);
                     return Poll::Ready(Err(io::Error::new(
@@ -207,6 +314,7 @@ mod tests {
     const LIMITS: Deadlines = Deadlines {
         write_stall: Duration::from_secs(5),
         idle: Duration::from_secs(60),
+        head: Duration::from_secs(10),
         lifetime: Duration::from_secs(3600),
     };
 
@@ -313,5 +421,107 @@ mod tests {
         assert_eq!(got, 4, "bytes before the lifetime ended");
         assert_eq!(io.expired(), Some(Expired::Lifetime));
         keep_busy.abort();
+    }
+
+    /// Sends `bytes` one a second from a duplex client, then keeps the client open.
+    fn trickle(mut client: tokio::io::DuplexStream, bytes: usize) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            for _ in 0..bytes {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if client.write_all(b"h").await.is_err() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await;
+        })
+    }
+
+    /// Reads until an error; returns its kind and when it came.
+    async fn read_until_error(
+        io: &mut DeadlineIo<tokio::io::DuplexStream>,
+    ) -> (io::ErrorKind, Duration) {
+        let started = Instant::now();
+        let mut buf = [0u8; 16];
+        loop {
+            if let Err(e) = io.read(&mut buf).await {
+                return (e.kind(), started.elapsed());
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_that_trickles_is_cut_by_the_head_deadline() {
+        let (server, client) = duplex(64);
+        let mut io = DeadlineIo::new(server, LIMITS);
+        io.head_clock().start();
+        let _client = trickle(client, 100);
+        let (kind, after) = read_until_error(&mut io).await;
+        assert_eq!(
+            (kind, after),
+            (io::ErrorKind::TimedOut, Duration::from_secs(10))
+        );
+        assert_eq!(io.expired(), Some(Expired::Head));
+        assert_eq!(Expired::Head.reason(), "header_timeout");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_start_there_is_no_head_deadline() {
+        let (server, client) = duplex(64);
+        let mut io = DeadlineIo::new(server, LIMITS);
+        let _client = trickle(client, 30);
+        let mut buf = [0u8; 1];
+        for _ in 0..30 {
+            io.read_exact(&mut buf).await.unwrap();
+        }
+        assert_eq!(io.expired(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_keep_alive_ends_by_idle_and_the_next_head_is_timed_from_its_first_byte() {
+        let (server, mut client) = duplex(64);
+        let mut io = DeadlineIo::new(server, LIMITS);
+        let clock = io.head_clock();
+        clock.start();
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut head = [0u8; 18];
+        io.read_exact(&mut head).await.unwrap();
+        // The request's body and the pipelined next head start no deadline while it is
+        // being handled.
+        let handling = clock.request_started();
+        client.write_all(b"body").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let mut body = [0u8; 4];
+        io.read_exact(&mut body).await.unwrap();
+        drop(handling);
+
+        // Idle between requests: 25 s, well past the head deadline, ends nothing.
+        let idle = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(25)).await;
+            trickle(client, 100).await.unwrap();
+        });
+        let (kind, after) = read_until_error(&mut io).await;
+        assert_eq!(
+            (kind, after),
+            (io::ErrorKind::TimedOut, Duration::from_secs(25 + 1 + 10)),
+            "the next head's deadline runs from its first byte (25 s + 1 s)"
+        );
+        assert_eq!(io.expired(), Some(Expired::Head));
+        idle.abort();
+
+        let (server, _client) = duplex(64);
+        let mut quiet = DeadlineIo::new(server, LIMITS);
+        let clock = quiet.head_clock();
+        clock.start();
+        drop(clock.request_started());
+        let (kind, after) = read_until_error(&mut quiet).await;
+        assert_eq!(
+            (kind, after),
+            (io::ErrorKind::TimedOut, Duration::from_secs(60))
+        );
+        assert_eq!(
+            quiet.expired(),
+            Some(Expired::Idle),
+            "a keep-alive nobody uses"
+        );
     }
 }

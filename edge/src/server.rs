@@ -158,6 +158,7 @@ impl Server {
         });
         let stream = DeadlineIo::new(stream, self.deadlines);
         let expired = stream.report();
+        let head_clock = stream.head_clock();
         let _limits = scopeguard(|| {
             if let Some(expired) = expired.get() {
                 self.metrics.http.reject(expired.reason());
@@ -169,15 +170,24 @@ impl Server {
         let Some((tls, http2)) = self.handshake(stream, peer).await else {
             return;
         };
+        if !http2 {
+            head_clock.start();
+        }
         let server = Arc::clone(&self);
         let handshake = tls.handshake();
         let service = service_fn(move |request| {
+            let handling = head_clock.request_started();
             // Before the client's Finished, nothing proves the request is not a replay.
             let arrival = Arrival {
                 early: !handshake.is_done(),
                 source: peer.ip(),
             };
-            webhook::handle(Arc::clone(&server.live.load().app), arrival, request)
+            let response = webhook::handle(Arc::clone(&server.live.load().app), arrival, request);
+            async move {
+                let response = response.await;
+                drop(handling);
+                response
+            }
         });
         let io = TokioIo::new(tls);
         let served = if http2 {
@@ -190,7 +200,7 @@ impl Server {
                 .await
         };
         if let Err(e) = served {
-            self.connection_failed(e, http2, peer);
+            self.connection_failed(e, peer);
         }
     }
 
@@ -232,26 +242,15 @@ impl Server {
     }
 
     /// Counts and logs why hyper gave up on a connection (a limit, or a broken client).
-    fn connection_failed(&self, error: hyper::Error, http2: bool, peer: std::net::SocketAddr) {
+    fn connection_failed(&self, error: hyper::Error, peer: std::net::SocketAddr) {
         if error.is_parse_too_large() {
             self.metrics.http.reject("header_too_large");
             tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
         } else if error.is_timeout() {
-            // hyper's only timers: the HTTP/1 head deadline, the HTTP/2 PING answer.
-            let (reason, what) = if http2 {
-                (
-                    "h2_keepalive_timeout",
-                    "no answer to an HTTP/2 PING within http.h2_keepalive_timeout",
-                )
-            } else {
-                (
-                    "header_timeout",
-                    "request head not received within http.header_timeout",
-                )
-            };
-            self.metrics.http.reject(reason);
+            // hyper's only timer: the HTTP/2 PING answer (the head deadline is DeadlineIo's).
+            self.metrics.http.reject("h2_keepalive_timeout");
             if self.refusal_log.allow() {
-                tracing::info!(%peer, "{what}: closed (logged at most once a second)");
+                tracing::info!(%peer, "no answer to an HTTP/2 PING within http.h2_keepalive_timeout: closed (logged at most once a second)");
             }
         } else {
             tracing::debug!(%peer, error = ?error, "connection ended with an error");

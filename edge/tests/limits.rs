@@ -1,6 +1,6 @@
 //! Connection caps on the real binary: over its per-source cap a connection is closed
 //! before any TLS work, other sources are unaffected, trusted CIDRs get a higher cap,
-//! and closed connections free their slots.
+//! and closed connections free their slots; idle connections end by the idle timeout.
 
 mod common;
 
@@ -161,5 +161,42 @@ fn idle_connections_are_closed() {
             .contains(r#"edge_rejected_total{pop="test",reason="idle"} 1"#),
         "{}",
         edge.metrics()
+    );
+}
+
+#[tokio::test]
+async fn a_keep_alive_connection_lasts_the_idle_timeout_not_the_head_deadline() {
+    let edge = Edge::start("", "").with_section("http: { header_timeout: 1s, idle_timeout: 3s }\n");
+    let client = client(&edge, false);
+    let response = github_post(&client, &edge, "keep-alive-1", b"{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 202);
+    let idle_since = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(
+        edge.metric("edge_open_connections"),
+        1.0,
+        "still open past the head deadline: {}",
+        edge.metrics()
+    );
+    while edge.metric("edge_open_connections") > 0.0
+        && idle_since.elapsed() < Duration::from_secs(6)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let closed_after = idle_since.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(2900) && closed_after < Duration::from_secs(4),
+        "closed by the idle timeout after {closed_after:?}"
+    );
+    assert_eq!(
+        edge.metric(r#"edge_rejected_total{pop="test",reason="idle"}"#),
+        1.0
+    );
+    assert_eq!(
+        edge.metric(r#"edge_rejected_total{pop="test",reason="header_timeout"}"#),
+        0.0
     );
 }

@@ -132,6 +132,7 @@ impl RawHttp {
             deadlines: Deadlines {
                 write_stall: self.write_stall_timeout,
                 idle: self.idle_timeout,
+                head: self.header_timeout,
                 lifetime: self.max_connection_lifetime,
             },
         }

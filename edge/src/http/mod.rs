@@ -95,9 +95,9 @@ pub struct ConnectionBuilders {
 /// twice, hyper refuses by itself.
 pub fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders {
     let mut http1 = http1::Builder::new();
+    // The head deadline is `DeadlineIo`'s: hyper's would also end idle keep-alives.
     http1
-        .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_timeout)
+        .header_read_timeout(None)
         .max_buf_size((settings.max_header_bytes * HEAD_PARSE_FACTOR).max(8192))
         .max_headers(settings.max_headers * HEAD_PARSE_FACTOR);
     let mut http2 = http2::Builder::new(TokioExecutor::new());
