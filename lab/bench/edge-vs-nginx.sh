@@ -19,16 +19,7 @@ bench_prepare bench
 
 bench_identity "$work"
 
-cat > "$work/edge.yaml" <<YAML
-pop: bench
-listen: ["127.0.0.1:$EDGE_PORT"]
-admin_listen: 127.0.0.1:$ADMIN_PORT
-drain_grace: 0s
-tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
-spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB, max_batch_delay: ${BATCH_DELAY:-1ms} }
-routes:
-  - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
-YAML
+bench_edge_yaml ", max_batch_delay: ${BATCH_DELAY:-1ms}"
 
 mkdir -p "$work/nginx"
 cat > "$work/nginx.conf" <<CONF

@@ -22,20 +22,10 @@ bench_prepare idle
 bench_identity "$work"
 sig=$(bench_body "$work/body.json" bench-secret)
 
-# The head deadline is raised: hyper applies it to idle keep-alive connections too, and
-# opening N connections one after another takes longer than its 10 s default.
-cat > "$work/edge.yaml" <<YAML
-pop: bench
-listen: ["127.0.0.1:$EDGE_PORT"]
-admin_listen: 127.0.0.1:$ADMIN_PORT
-drain_grace: 0s
-tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
-spool: { dir: $work/spool, max_bytes: 4GiB, segment_bytes: 64MiB }
-connections: { max: $((N + 100)), per_source: $((N + 100)), per_trusted_source: $((N + 100)) }
-http: { header_timeout: 300s, idle_timeout: 300s }
-routes:
-  - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
-YAML
+# Long deadlines, so that no connection ends while N are opened one after another (builds
+# before the edge's own head clock also ended idle keep-alives at the head deadline).
+bench_edge_yaml "" "connections: { max: $((N + 100)), per_source: $((N + 100)), per_trusted_source: $((N + 100)) }
+http: { header_timeout: 300s, idle_timeout: 300s }"
 
 mkdir -p "$work/nginx"
 cat > "$work/nginx.conf" <<CONF

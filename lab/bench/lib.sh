@@ -7,6 +7,24 @@ bench_identity() {
         -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$1/key.pem" -out "$1/cert.pem" 2>/dev/null
 }
 
+# bench_edge_yaml SPOOL_EXTRA [SECTIONS]: $work/edge.yaml for an edge on $EDGE_PORT (admin
+# $ADMIN_PORT), TLS 1.3 with bench_identity's certificate, the spool under $work with
+# SPOOL_EXTRA added (e.g. ", max_batch_delay: 1ms"), one GitHub route signed with
+# bench-secret, then SECTIONS (YAML lines such as "http: { ... }").
+bench_edge_yaml() {
+    cat > "$work/edge.yaml" <<YAML
+pop: bench
+listen: ["127.0.0.1:$EDGE_PORT"]
+admin_listen: 127.0.0.1:$ADMIN_PORT
+drain_grace: 0s
+tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
+spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB$1 }
+routes:
+  - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
+${2:-}
+YAML
+}
+
 # bench_body FILE SECRET: writes the body to FILE and prints its signature header value.
 bench_body() {
     python3 - "$1" <<'PY'

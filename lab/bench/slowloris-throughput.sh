@@ -16,18 +16,8 @@ EDGE_PORT=18453 ADMIN_PORT=19190
 
 bench_prepare slowloris
 bench_identity "$work"
-cat > "$work/edge.yaml" <<YAML
-pop: bench
-listen: ["127.0.0.1:$EDGE_PORT"]
-admin_listen: 127.0.0.1:$ADMIN_PORT
-drain_grace: 0s
-tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
-spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB }
-http: { header_timeout: 60s }
-connections: { max: 20000, per_source: 5000 }
-routes:
-  - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
-YAML
+bench_edge_yaml "" "http: { header_timeout: 60s }
+connections: { max: 20000, per_source: 5000 }"
 sig=$(bench_body "$work/body.json" bench-secret)
 
 target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
