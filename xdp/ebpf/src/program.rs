@@ -183,12 +183,18 @@ fn ipv6(ctx: &XdpContext, offset: usize) -> Reason {
 
 #[inline(always)]
 fn decide(ctx: &XdpContext, addrs: &Addrs<'_>, protocol: u8, fragment: bool, l4: usize) -> Reason {
-    let allow = ((List::AllowV4, &ALLOW_V4), (List::AllowV6, &ALLOW_V6));
-    if listed(addrs, allow) {
+    if listed(
+        addrs,
+        (List::AllowV4, &ALLOW_V4),
+        (List::AllowV6, &ALLOW_V6),
+    ) {
         return Reason::Allowlist;
     }
-    let block = ((List::BlockV4, &BLOCK_V4), (List::BlockV6, &BLOCK_V6));
-    if listed(addrs, block) {
+    if listed(
+        addrs,
+        (List::BlockV4, &BLOCK_V4),
+        (List::BlockV6, &BLOCK_V6),
+    ) {
         return Reason::Blocklist;
     }
     let protected = match addrs {
@@ -256,10 +262,8 @@ fn tcp(ctx: &XdpContext, addrs: &Addrs<'_>, l4: usize) -> Reason {
 #[inline(always)]
 fn listed(
     addrs: &Addrs<'_>,
-    (v4, v6): (
-        (List, &LpmTrie<[u8; 4], u8>),
-        (List, &LpmTrie<[u8; 16], u8>),
-    ),
+    v4: (List, &LpmTrie<[u8; 4], u8>),
+    v6: (List, &LpmTrie<[u8; 16], u8>),
 ) -> bool {
     let hinted = |list: List, hint| HINTS.get(list as u32).is_some_and(|h| h.has(hint));
     match addrs {
