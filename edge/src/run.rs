@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use edge_kit::signals::{Signal, Signals};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -163,15 +162,15 @@ fn check_open_files_limit(settings: &Settings) -> anyhow::Result<()> {
 
 /// Waits for the accept loops to end, then up to `timeout` for open connections.
 async fn finish_connections(
-    accepting: tokio::task::JoinHandle<GracefulShutdown>,
+    accepting: tokio::task::JoinHandle<crate::server::Connections>,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let graceful = accepting.await.context("accept loops")?;
+    let connections = accepting.await.context("accept loops")?;
     tracing::info!(
-        open = graceful.count(),
+        open = connections.open(),
         "stopped accepting; finishing in-flight requests"
     );
-    if tokio::time::timeout(timeout, graceful.shutdown())
+    if tokio::time::timeout(timeout, connections.close())
         .await
         .is_err()
     {

@@ -10,9 +10,11 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use edge_kit::metrics::Reason;
 use prometheus_client::metrics::counter::Counter;
@@ -65,31 +67,27 @@ impl Server {
         }
     }
 
-    /// Accepts on every listener until `stop` turns true, then returns the graceful
-    /// shutdown handle that tracks the connections still open.
+    /// Accepts on every listener until `stop` turns true, then returns the connections
+    /// still open.
     pub async fn run(
         self: Arc<Self>,
         listeners: Vec<TcpListener>,
         stop: watch::Receiver<bool>,
-    ) -> GracefulShutdown {
-        let graceful = Arc::new(GracefulShutdown::new());
+    ) -> Connections {
+        let connections = Connections::default();
         let mut loops = tokio::task::JoinSet::new();
         for listener in listeners {
-            loops.spawn(Arc::clone(&self).accept_loop(
-                listener,
-                stop.clone(),
-                Arc::clone(&graceful),
-            ));
+            loops.spawn(Arc::clone(&self).accept_loop(listener, stop.clone(), connections.clone()));
         }
         while loops.join_next().await.is_some() {}
-        Arc::into_inner(graceful).expect("accept loops have ended")
+        connections
     }
 
     async fn accept_loop(
         self: Arc<Self>,
         listener: TcpListener,
         mut stop: watch::Receiver<bool>,
-        graceful: Arc<GracefulShutdown>,
+        connections: Connections,
     ) {
         let mut backoff = MIN_ACCEPT_BACKOFF;
         loop {
@@ -108,10 +106,12 @@ impl Server {
                     match admitted {
                         Ok(source) => {
                             let _ = stream.set_nodelay(true);
-                            let watcher = graceful.watcher();
-                            tokio::spawn(
-                                Arc::clone(&self).connection(stream, peer, source, watcher),
-                            );
+                            connections.tasks.spawn(Arc::clone(&self).connection(
+                                stream,
+                                peer,
+                                source,
+                                connections.closing.clone(),
+                            ));
                         }
                         Err(refusal) => {
                             // Closed before the handshake: an over-cap source costs one accept.
@@ -142,7 +142,7 @@ impl Server {
         stream: tokio::net::TcpStream,
         peer: std::net::SocketAddr,
         source: Source,
-        watcher: hyper_util::server::graceful::Watcher,
+        closing: CancellationToken,
     ) {
         let metrics = &self.metrics.connections;
         metrics.open_connections.inc();
@@ -191,13 +191,9 @@ impl Server {
         });
         let io = TokioIo::new(tls);
         let served = if http2 {
-            watcher
-                .watch(self.http.http2.serve_connection(io, service))
-                .await
+            until_closed(self.http.http2.serve_connection(io, service), &closing).await
         } else {
-            watcher
-                .watch(self.http.http1.serve_connection(io, service))
-                .await
+            until_closed(self.http.http1.serve_connection(io, service), &closing).await
         };
         if let Err(e) = served {
             self.connection_failed(e, peer);
@@ -256,6 +252,42 @@ impl Server {
             tracing::debug!(%peer, error = ?error, "connection ended with an error");
         }
     }
+}
+
+/// The client connections being served, each asked to close at shutdown.
+#[derive(Clone, Default)]
+pub struct Connections {
+    tasks: TaskTracker,
+    closing: CancellationToken,
+}
+
+impl Connections {
+    pub fn open(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Asks every connection to finish the request in progress and close, and returns
+    /// once all have.
+    pub async fn close(self) {
+        self.closing.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+/// Drives a hyper connection; once `closing` fires, lets it finish what it is doing and
+/// close.
+async fn until_closed<C: GracefulConnection>(
+    conn: C,
+    closing: &CancellationToken,
+) -> Result<(), C::Error> {
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        served = conn.as_mut() => return served,
+        () = closing.cancelled() => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    conn.await
 }
 
 /// Connection-level metrics, registered under `edge_*`. Cheap to clone.
