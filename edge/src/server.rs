@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulConnection;
@@ -25,6 +26,7 @@ use prometheus_client::registry::Registry;
 use crate::config::Settings;
 use crate::conn_limits::{ConnTable, Source};
 use crate::deadline_io::DeadlineIo;
+use crate::http::keep_alive::{self, Activity, RequestBody};
 use crate::http::webhook::{self, Arrival};
 use crate::http::{App, ConnectionBuilders, HttpMetrics, connection_builders};
 use crate::sockets::is_fd_exhaustion;
@@ -167,33 +169,61 @@ impl Server {
                 }
             }
         });
-        let Some((tls, http2)) = self.handshake(stream, peer).await else {
+        // Boxed, like what serves the connection, so that the task of a connection
+        // that is open for hours is not sized for every stage it has been through.
+        let accepting = Box::pin(self.handshake(stream, peer));
+        let Some((mut tls, http2)) = accepting.await else {
             return;
         };
         if !http2 {
             head_clock.start();
         }
+        // HTTP/2 stays in hyper: its streams multiplex on one connection state.
+        let activity = (!http2).then(|| Activity::new(!tls.accepted_early_data()));
         let server = Arc::clone(&self);
         let handshake = tls.handshake();
-        let service = service_fn(move |request| {
-            let handling = head_clock.request_started();
+        let requests = activity.clone();
+        let service = service_fn(move |request: http::Request<Incoming>| {
+            let handling = (
+                head_clock.request_started(),
+                requests.as_ref().map(|a| a.request_started()),
+            );
+            let request = request.map(|body| match &requests {
+                Some(activity) => activity.body(body),
+                None => RequestBody::untracked(body),
+            });
             // Before the client's Finished, nothing proves the request is not a replay.
             let arrival = Arrival {
                 early: !handshake.is_done(),
                 source: peer.ip(),
             };
             let response = webhook::handle(Arc::clone(&server.live.load().app), arrival, request);
-            async move {
+            // Boxed: taking an HTTP/1.1 connection out of hyper needs an `Unpin` future.
+            Box::pin(async move {
                 let response = response.await;
                 drop(handling);
                 response
-            }
+            })
         });
-        let io = TokioIo::new(tls);
-        let served = if http2 {
-            until_closed(self.http.http2.serve_connection(io, service), &closing).await
-        } else {
-            until_closed(self.http.http1.serve_connection(io, service), &closing).await
+        let served = match activity {
+            Some(activity) => {
+                let idle = &self.metrics.connections.idle_connections;
+                // The TLS state boxed too: it moves between hyper connections.
+                let tls = Box::new(tls);
+                Box::pin(keep_alive::serve(
+                    &self.http.http1,
+                    tls,
+                    activity,
+                    service,
+                    &closing,
+                    idle,
+                ))
+                .await
+            }
+            None => {
+                let conn = self.http.http2.serve_connection(TokioIo::new(tls), service);
+                Box::pin(until_closed(conn, &closing)).await
+            }
         };
         if let Err(e) = served {
             self.connection_failed(e, peer);
@@ -294,6 +324,7 @@ async fn until_closed<C: GracefulConnection>(
 #[derive(Clone, Debug, Default)]
 pub struct ConnectionMetrics {
     open_connections: Gauge,
+    idle_connections: Gauge,
     accept_errors: Family<Reason, Counter>,
     connections_refused: Family<Reason, Counter>,
     tfo_accepted: Counter,
@@ -307,6 +338,11 @@ impl ConnectionMetrics {
             "open_connections",
             "Client connections open",
             metrics.open_connections.clone(),
+        );
+        registry.register(
+            "idle_connections",
+            "HTTP/1.1 connections waiting for a request with no HTTP buffers (of edge_open_connections)",
+            metrics.idle_connections.clone(),
         );
         registry.register(
             "accept_errors",

@@ -1,6 +1,8 @@
 //! The HTTP side of the edge: shared application state, the route table, and the hyper
-//! connection settings. The webhook path itself is in [`webhook`].
+//! connection settings. The webhook path itself is in [`webhook`]; HTTP/1.1 keep-alive
+//! without idle buffers in [`keep_alive`].
 
+pub mod keep_alive;
 mod metrics;
 pub mod webhook;
 

@@ -12,8 +12,9 @@ use bytes::{Bytes, BytesMut};
 use edge_kit::clock::unix_ms;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 
+use super::keep_alive::RequestBody;
 use super::{App, RouteEntry};
 use crate::admission::Refusal;
 use crate::admission::ledger::ShedEntry;
@@ -36,7 +37,7 @@ pub struct Arrival {
 pub async fn handle(
     app: Arc<App>,
     arrival: Arrival,
-    request: Request<Incoming>,
+    request: Request<RequestBody>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let (parts, mut body) = request.into_parts();
     if let Some(mut response) = oversized_head(&app, &parts.headers) {
@@ -84,7 +85,7 @@ async fn handle_route(
     entry: &RouteEntry,
     arrival: Arrival,
     parts: &http::request::Parts,
-    body: &mut Incoming,
+    body: &mut RequestBody,
 ) -> Response<ResponseBody> {
     let route = &entry.route;
     // RFC 8470: a proxy in front of us that forwarded early data says so.
@@ -156,7 +157,7 @@ fn before_body(
     arrival: Arrival,
     parts: &http::request::Parts,
     early: bool,
-    body: &Incoming,
+    body: &RequestBody,
 ) -> Option<Response<ResponseBody>> {
     let route = &entry.route;
     if parts.method != Method::POST {
@@ -356,7 +357,7 @@ enum BodyError {
 
 /// Collects the body up to `limit` bytes, as long as it keeps to the minimum rate and
 /// deadline. What is left unread when it stops is the caller's to discard.
-async fn read_body(body: &mut Incoming, limit: u64, rate: BodyRate) -> Result<Bytes, BodyError> {
+async fn read_body(body: &mut RequestBody, limit: u64, rate: BodyRate) -> Result<Bytes, BodyError> {
     let started = tokio::time::Instant::now();
     let mut collected = BytesMut::new();
     loop {
@@ -394,7 +395,7 @@ async fn read_body(body: &mut Incoming, limit: u64, rate: BodyRate) -> Result<By
 /// declared larger than the bound (the client sees a reset), after a 408 (the sender is
 /// too slow: reading on would hold its connection for it), or when the HTTP/1.1 answer
 /// closes the connection anyway.
-fn discard_rest(mut body: Incoming, version: http::Version, answer: &Response<ResponseBody>) {
+fn discard_rest(mut body: RequestBody, version: http::Version, answer: &Response<ResponseBody>) {
     let closing = version != http::Version::HTTP_2
         && answer
             .headers()

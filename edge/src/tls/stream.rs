@@ -136,6 +136,33 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
         }
         self.poll_send_tls(cx)
     }
+
+    /// Ready once a read would not block: application data (not early data) decrypted,
+    /// the end of the stream, or an error. Takes no bytes.
+    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            match self.conn.reader().fill_buf() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                _ => return Poll::Ready(Ok(())),
+            }
+            ready!(self.poll_more_plaintext(cx))?;
+        }
+    }
+
+    /// Sends what is queued (handshake replies, tickets, alerts), then reads and
+    /// processes more records.
+    fn poll_more_plaintext(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Poll::Ready(Err(e)) = self.poll_send_tls(cx) {
+            return Poll::Ready(Err(e));
+        }
+        if self.read_closed {
+            return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+        }
+        if ready!(self.poll_receive_tls(cx))? == 0 {
+            self.read_closed = true;
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
@@ -167,16 +194,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
-            // Handshake replies, tickets and alerts go out before we wait for more.
-            if let Poll::Ready(Err(e)) = this.poll_send_tls(cx) {
-                return Poll::Ready(Err(e));
-            }
-            if this.read_closed {
-                return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
-            }
-            if ready!(this.poll_receive_tls(cx))? == 0 {
-                this.read_closed = true;
-            }
+            ready!(this.poll_more_plaintext(cx))?;
         }
     }
 }

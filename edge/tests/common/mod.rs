@@ -369,6 +369,14 @@ pub fn s_client_command(port: u16) -> Command {
 
 /// A TLS connection to the edge that negotiated h2.
 pub async fn h2_tls(edge: &Edge) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    tls_with_alpn(edge, b"h2").await
+}
+
+/// A TLS connection to the edge offering the one application protocol `alpn`.
+pub async fn tls_with_alpn(
+    edge: &Edge,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut edge.cert_pem().as_slice()) {
         roots.add(cert.unwrap()).unwrap();
@@ -379,7 +387,7 @@ pub async fn h2_tls(edge: &Edge) -> tokio_rustls::client::TlsStream<tokio::net::
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", edge.port))
         .await
         .unwrap();
