@@ -96,6 +96,34 @@ async fn an_answer_before_the_body_ended_keeps_the_connection_for_the_next_reque
     assert_eq!(stored(&edge), 1.0);
 }
 
+#[tokio::test]
+async fn an_idle_connection_is_closed_at_shutdown_without_waiting_for_the_timeout() {
+    let mut edge = Edge::start("", "");
+    let mut tls = tls_with_alpn(&edge, b"http/1.1").await;
+    tls.write_all(&signed_post("before-shutdown"))
+        .await
+        .unwrap();
+    assert_eq!(Answers::default().next(&mut tls).await, 202);
+    wait_for_metric(&edge, "edge_idle_connections", 1.0).await;
+    let stopping = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(edge.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "still open 5 s after SIGTERM");
+    assert!(rest.is_empty(), "nothing but a close: {rest:?}");
+    let status = edge.child.take().unwrap().wait().unwrap();
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "stopped after {:?} (drain_grace is 1 s)",
+        stopping.elapsed()
+    );
+}
+
 /// An HTTP/1.1 POST of a signed GitHub delivery, as bytes.
 fn signed_post(delivery: &str) -> Vec<u8> {
     let body = br#"{"zen":"keep alive"}"#;
