@@ -161,10 +161,14 @@ impl Machine {
                     self.name
                 );
             }
-            if let Some(init) = std::fs::read_to_string(&children)
-                .ok()
-                .and_then(|c| c.split_whitespace().next()?.parse().ok())
-            {
+            // nspawn's first child may be its short-lived "outer child", which forks
+            // the container's init and exits: only a PID 1 of its own PID namespace is it.
+            let init = std::fs::read_to_string(&children)
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|pid| pid.parse::<u32>().ok())
+                .find(|&pid| is_namespace_init(pid));
+            if let Some(init) = init {
                 return Ok(init);
             }
             if Instant::now() > deadline {
@@ -179,6 +183,21 @@ impl Drop for Machine {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Whether `pid` is PID 1 of a PID namespace below ours (its `NSpid` ends in 1).
+fn is_namespace_init(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let ids: Vec<&str> = status
+                .lines()
+                .find_map(|line| line.strip_prefix("NSpid:"))?
+                .split_whitespace()
+                .collect();
+            Some(ids.len() > 1 && ids.last() == Some(&"1"))
+        })
+        .unwrap_or(false)
 }
 
 fn run_ok(command: &mut Command) -> anyhow::Result<()> {
