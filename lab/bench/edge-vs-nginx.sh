@@ -6,6 +6,9 @@
 #   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 BATCH_DELAY=1ms lab/bench/edge-vs-nginx.sh
 # With ANCHOR_EDGE=/path/to/edge the anchor is that other edge build on the same config
 # instead of nginx (e.g. to price a change against the commit before it).
+# With PIN=1 the comparison is per core: each server runs alone on CPU 0 (the edge with
+# one tokio worker, nginx with one worker process) and wrk alone on CPU 1 (one thread),
+# so neither server's ratio is decided by how many of wrk's cycles it steals.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . lab/bench/lib.sh
@@ -13,6 +16,13 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
+PIN=${PIN:-0}
+if [ "$PIN" = 1 ]; then
+    THREADS=1 server_cpu=(taskset -c 0) client_cpu=(taskset -c 1) nginx_workers=1
+    export TOKIO_WORKER_THREADS=1
+else
+    server_cpu=() client_cpu=() nginx_workers=auto
+fi
 EDGE_PORT=18443 ADMIN_PORT=19180 NGINX_PORT=18444
 
 bench_prepare bench
@@ -23,7 +33,7 @@ bench_edge_yaml ", max_batch_delay: ${BATCH_DELAY:-1ms}"
 
 mkdir -p "$work/nginx"
 cat > "$work/nginx.conf" <<CONF
-worker_processes auto;
+worker_processes $nginx_workers;
 pid $work/nginx/nginx.pid;
 error_log $work/nginx/error.log warn;
 events { worker_connections 4096; }
@@ -43,18 +53,18 @@ CONF
 
 sig=$(bench_body "$work/body.json" bench-secret)
 
-target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
+"${server_cpu[@]}" target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
 bench_pids+=("$edge_pid")
 if [ -n "${ANCHOR_EDGE:-}" ]; then
     anchor=baseline anchor_label="baseline edge build:"
     sed -e "s/$EDGE_PORT/$NGINX_PORT/; s/$ADMIN_PORT/$((ADMIN_PORT + 1))/; s#$work/spool#$work/spool-baseline#" \
         "$work/edge.yaml" > "$work/baseline.yaml"
-    "$ANCHOR_EDGE" run --config "$work/baseline.yaml" 2>"$work/baseline.log" &
+    "${server_cpu[@]}" "$ANCHOR_EDGE" run --config "$work/baseline.yaml" 2>"$work/baseline.log" &
     anchor_probe() { curl -sf "127.0.0.1:$((ADMIN_PORT + 1))/readyz" >/dev/null; }
 else
     anchor=nginx anchor_label="nginx (return 202):"
-    nginx -c "$work/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr.log" &
+    "${server_cpu[@]}" nginx -c "$work/nginx.conf" -g 'daemon off;' 2>"$work/nginx/stderr.log" &
     anchor_probe() { curl -sfk -o /dev/null "https://127.0.0.1:$NGINX_PORT/" -X POST; }
 fi
 anchor_pid=$!
@@ -86,8 +96,9 @@ mean_batch=$(mean_of edge_spool_batch_records 1)
 mean_fsync=$(mean_of edge_spool_fsync_seconds 1000)
 
 awk -v label="$anchor_label" -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" \
-    -v rss="$rss_kb" -v stored="${stored:-?}" -v batch="${mean_batch:-?}" -v fsync="${mean_fsync:-?}" -v rounds="$ROUNDS" 'BEGIN {
-    printf "\nmedians of %d alternating rounds\n", rounds
+    -v rss="$rss_kb" -v stored="${stored:-?}" -v batch="${mean_batch:-?}" -v fsync="${mean_fsync:-?}" -v rounds="$ROUNDS" \
+    -v mode="$([ "$PIN" = 1 ] && echo "per core: server alone on CPU 0, wrk -t1 on CPU 1" || echo "whole machine, unpinned")" 'BEGIN {
+    printf "\nmedians of %d alternating rounds (%s)\n", rounds, mode
     printf "edge  (verify + fsync + 202): %8.0f req/s  p99 %6.2f ms  non-2xx %d\n", er, ep / 1000, bad
     printf "%-30s%8.0f req/s  p99 %6.2f ms\n", label, nr, np / 1000
     printf "ratio edge/anchor: req/s %.2f  p99 %.2f\n", er / nr, ep / np

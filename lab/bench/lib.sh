@@ -55,9 +55,10 @@ bench_cleanup() {
 
 # bench_wrk LABEL URL: one wrk run (THREADS, CONNS, DURATION) of signed GitHub POSTs
 # ($work/body.json, $sig) with unique delivery ids; prints "LABEL rps=.. p50_us=.. ..".
+# wrk runs under the command in the array client_cpu if it is set (e.g. taskset -c 1).
 bench_wrk() {
     BODY_FILE="$work/body.json" SIG="$sig" RUN="$1-$RANDOM$RANDOM" \
-        wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "$2" \
+        ${client_cpu[@]+"${client_cpu[@]}"} wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "$2" \
         | grep '^RESULT' | sed "s/^RESULT/$1/"
 }
 
