@@ -4,6 +4,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing::Instrument;
 
+/// Every request allocates and frees a few dozen small buffers across two threads (the
+/// connection's worker and the spool writer); mimalloc's per-thread free lists make
+/// that cheaper than glibc's arenas (README, performance). Built without transparent
+/// huge pages: with them an idle HTTP/2 connection held 52 KB of RSS instead of 35.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "edge",
