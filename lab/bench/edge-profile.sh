@@ -13,7 +13,6 @@ cd "$(dirname "$0")/../.."
 PERF_SECONDS=${PERF_SECONDS:-6}
 EDGE=${EDGE:-target/release/edge}
 EDGE_PORT=18463 ADMIN_PORT=19200 CONNS=64 THREADS=1 DURATION=$((2 * PERF_SECONDS + 3))s
-command -v perf >/dev/null || { echo "perf is missing (apt install linux-perf)" >&2; exit 1; }
 
 bench_prepare profile
 bench_identity "$work"
