@@ -18,8 +18,8 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 PIN=${PIN:-0}
 if [ "$PIN" = 1 ]; then
-    THREADS=1 server_cpu=(taskset -c 0) client_cpu=(taskset -c 1) nginx_workers=1
-    export TOKIO_WORKER_THREADS=1
+    bench_pin
+    nginx_workers=1
 else
     server_cpu=() client_cpu=() nginx_workers=auto
 fi
@@ -89,7 +89,7 @@ edge_rps=$(field edge rps | median); nginx_rps=$(field "$anchor" rps | median)
 edge_p99=$(field edge p99_us | median); nginx_p99=$(field "$anchor" p99_us | median)
 edge_bad=$(field edge non2xx | awk '{s+=$1} END {print s+0}')
 rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$edge_pid/status")
-stored=$(curl -s "127.0.0.1:$ADMIN_PORT/metrics" | awk '/^edge_spool_appends_total.*reason="stored"/ {print $NF}')
+stored=$(bench_stored)
 metrics=$(curl -s "127.0.0.1:$ADMIN_PORT/metrics")
 mean_of() { echo "$metrics" | awk -v m="$1" -v k="$2" '$1 ~ "^"m"_sum" {s=$NF} $1 ~ "^"m"_count" {c=$NF} END {if (c) printf "%.2f", s/c*k}'; }
 mean_batch=$(mean_of edge_spool_batch_records 1)

@@ -49,10 +49,6 @@ http {
 CONF
 
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
-stored() {
-    curl -s "127.0.0.1:$ADMIN_PORT/metrics" |
-        awk '/^edge_spool_appends_total.*reason="stored"/ {s += $NF} END {print s + 0}'
-}
 
 # measure SERVER PROTOCOL: one fresh server, N idle connections; appends
 # "SERVER PROTOCOL bytes_per_connection" to $results.
@@ -78,7 +74,7 @@ measure() {
     sleep 1
     after=$(rss_kib "$measured")
     answered=$(echo "$line" | awk '{print $4}')
-    if [ "$server" = edge ]; then answered="$answered, stored $(stored)"; fi
+    if [ "$server" = edge ]; then answered="$answered, stored $(bench_stored)"; fi
     echo "$server $protocol $(( (after - before) * 1024 / N ))" >> "$results"
     printf '  %-6s %s: %s connections (answered %s), RSS %.1f -> %.1f MB, %d bytes per connection\n' \
         "$server" "$protocol" "$N" "$answered" "$(echo "$before / 1024" | bc -l)" "$(echo "$after / 1024" | bc -l)" \

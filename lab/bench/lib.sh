@@ -62,6 +62,19 @@ bench_wrk() {
         | grep '^RESULT' | sed "s/^RESULT/$1/"
 }
 
+# bench_stored: events the edge on $ADMIN_PORT has stored durably (0 before the first).
+bench_stored() {
+    curl -s "127.0.0.1:$ADMIN_PORT/metrics" |
+        awk '/^edge_spool_appends_total.*reason="stored"/ {s += $NF} END {print s + 0}'
+}
+
+# bench_pin: the per-core layout. Servers start under "${server_cpu[@]}" (CPU 0, the edge
+# with one tokio worker), bench_wrk runs wrk on CPU 1 with one thread.
+bench_pin() {
+    server_cpu=(taskset -c 0) client_cpu=(taskset -c 1) THREADS=1
+    export TOKIO_WORKER_THREADS=1
+}
+
 # median: of the numbers on stdin. field LABEL KEY: KEY's values on LABEL's lines of $results.
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 field() { grep "^$1 " "$results" | grep -o "$2=[0-9.]*" | cut -d= -f2; }
