@@ -1,11 +1,11 @@
 //! Crash test: 2,000 signed webhooks sent concurrently, `kill -9` of the edge midway,
 //! restart. Every event that got a 2xx must be in the spool exactly once, and recovery
-//! must report the torn tail it cut.
+//! must report the torn tail it cut; with segments that grow and with preallocated ones.
 
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +17,16 @@ const KILL_AFTER_ACKS: usize = 800;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_midway_loses_no_acknowledged_event() {
-    let mut edge = Edge::start("", "");
+    kill_9_midway(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_midway_with_preallocated_segments_loses_no_acknowledged_event() {
+    kill_9_midway(true).await;
+}
+
+async fn kill_9_midway(preallocate: bool) {
+    let mut edge = Edge::start(&format!("  preallocate: {preallocate}\n"), "");
     let client = client(&edge, false);
     let acked = Arc::new(Mutex::new(Vec::new()));
     let ack_count = Arc::new(AtomicUsize::new(0));
@@ -80,11 +89,15 @@ async fn kill_9_midway_loses_no_acknowledged_event() {
     }
     .view()
     .encode_frame(&mut torn);
+    // Where the records end: in a preallocated segment, zeros follow.
+    let newest_bytes = std::fs::read(&newest).unwrap();
+    let records_end = edge::spool::scan::scan_segment(&newest_bytes).valid_len;
+    assert_eq!(newest_bytes.len() > records_end, preallocate);
     std::fs::OpenOptions::new()
-        .append(true)
+        .write(true)
         .open(&newest)
         .unwrap()
-        .write_all(&torn[..torn.len() / 2])
+        .write_all_at(&torn[..torn.len() / 2], records_end as u64)
         .unwrap();
 
     edge.spawn();

@@ -15,6 +15,8 @@ pub struct SpoolSettings {
     pub max_batch_delay: Duration,
     /// Fraction of `max_bytes` above which `/readyz` fails.
     pub high_water: f64,
+    /// Zero-fill the next segment ahead of need (see `spool::spare`).
+    pub preallocate: bool,
     /// Testing only: a pause after each fsync, to rehearse a slow disk.
     pub sync_delay: Duration,
 }
@@ -34,6 +36,9 @@ pub(super) struct RawSpool {
     /// Fraction of `max_bytes` above which `/readyz` fails (the PoP withdraws).
     /// Default 0.9.
     high_water: f64,
+    /// Zero-fill each segment ahead of need, so an append's fdatasync flushes data only
+    /// (it costs writing every segment twice). Default false.
+    preallocate: bool,
     /// Testing only: a pause after each fsync. Default 0.
     #[serde(with = "humantime_serde")]
     sync_delay: Duration,
@@ -47,6 +52,7 @@ impl Default for RawSpool {
             segment_bytes: ByteSize::mib(64),
             max_batch_delay: Duration::from_millis(1),
             high_water: 0.9,
+            preallocate: false,
             sync_delay: Duration::ZERO,
         }
     }
@@ -75,6 +81,7 @@ impl RawSpool {
             segment_bytes: self.segment_bytes.as_u64(),
             max_batch_delay: self.max_batch_delay,
             high_water: self.high_water,
+            preallocate: self.preallocate,
             sync_delay: self.sync_delay,
         }
     }

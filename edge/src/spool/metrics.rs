@@ -24,6 +24,8 @@ pub struct SpoolMetrics {
     pub backlog_records: Gauge,
     pub fsync_seconds: Histogram,
     pub batch_records: Histogram,
+    /// Segments the writer moved to, by how they were made.
+    pub rolls: Family<Reason, Counter>,
 }
 
 impl SpoolMetrics {
@@ -38,6 +40,7 @@ impl SpoolMetrics {
             backlog_records: Gauge::default(),
             fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             batch_records: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
+            rolls: Family::default(),
         };
         let spool = registry.sub_registry_with_prefix("spool");
         spool.register(
@@ -75,6 +78,11 @@ impl SpoolMetrics {
             "batch_records",
             "Appends per group commit",
             metrics.batch_records.clone(),
+        );
+        spool.register(
+            "rolls",
+            "Segments the writer moved to: preallocated (zero-filled ahead, appends overwrite) or grown (no spare was ready)",
+            metrics.rolls.clone(),
         );
         metrics
     }

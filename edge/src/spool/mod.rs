@@ -12,6 +12,7 @@ pub mod record;
 mod recovery;
 mod reserve;
 pub mod scan;
+mod spare;
 mod writer;
 
 use std::collections::HashMap;
@@ -317,18 +318,44 @@ mod tests {
             max_batch_delay: Duration::from_millis(1),
             high_water: 0.9,
             sync_delay: Duration::ZERO,
+            preallocate: true,
         }
     }
 
     fn open(dir: &std::path::Path) -> (Spool, RecoveryReport) {
-        let windows = HashMap::from([("r".to_owned(), 100)]);
-        Spool::open(
+        open_with(
             &settings(dir),
-            "pop1",
-            windows,
             SpoolMetrics::register(&mut Default::default()),
         )
-        .unwrap()
+    }
+
+    fn open_with(settings: &SpoolSettings, metrics: SpoolMetrics) -> (Spool, RecoveryReport) {
+        let windows = HashMap::from([("r".to_owned(), 100)]);
+        Spool::open(settings, "pop1", windows, metrics).unwrap()
+    }
+
+    fn rolls(metrics: &SpoolMetrics, reason: &'static str) -> u64 {
+        metrics
+            .rolls
+            .get_or_create(&edge_kit::metrics::Reason { reason })
+            .get()
+    }
+
+    fn dumped_seqs(dir: &std::path::Path) -> Vec<u64> {
+        dump(dir).unwrap().iter().map(|r| r.seq).collect()
+    }
+
+    /// (file length, length of its records) of each segment, oldest first.
+    fn segment_extents(dir: &std::path::Path) -> Vec<(usize, usize)> {
+        segment_files(dir)
+            .iter()
+            .map(|path| {
+                let bytes = std::fs::read(path).unwrap();
+                let scan = scan::scan_segment(&bytes);
+                assert_eq!(scan.stop, None, "{}", path.display());
+                (bytes.len(), scan.valid_len)
+            })
+            .collect()
     }
 
     fn event(id: &str, body_len: usize) -> NewEvent {
@@ -350,10 +377,11 @@ mod tests {
             .collect()
     }
 
-    /// Flips one bit of the byte `from_end` bytes before the end of `path`.
+    /// Flips one bit of the byte `from_end` bytes before the end of the records in `path`
+    /// (preallocated zeros may follow them).
     fn flip_byte(path: &std::path::Path, from_end: usize) {
         let mut bytes = std::fs::read(path).unwrap();
-        let at = bytes.len() - from_end;
+        let at = scan::scan_segment(&bytes).valid_len - from_end;
         bytes[at] ^= 0x10;
         std::fs::write(path, &bytes).unwrap();
     }
@@ -550,6 +578,101 @@ mod tests {
         assert_eq!(dump(dir.path()).unwrap().len(), stored);
     }
 
+    /// With preallocation (the default) the writer moves onto zero-filled segments made
+    /// ahead: appends overwrite the zeros, a sealed segment ends at its last record, and
+    /// the reader and a reopen see every record once, nothing cut.
+    #[tokio::test]
+    async fn appends_go_into_preallocated_segments_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = settings(dir.path());
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let (spool, _) = open_with(&settings, metrics.clone());
+        let mut appended = 0;
+        while rolls(&metrics, "preallocated") < 3 && appended < 2000 {
+            appended += 1;
+            let stored = spool.append(event(&format!("p{appended}"), 300)).await;
+            assert_eq!(stored, Ok(Appended::Stored { seq: appended }));
+            // Room for the spare's thread on a single-threaded test runtime.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(rolls(&metrics, "preallocated") >= 3, "{appended} appends");
+        let extents = segment_extents(dir.path());
+        let (active, sealed) = extents.split_last().unwrap();
+        assert!(
+            sealed.iter().all(|(len, records)| len == records),
+            "{sealed:?}"
+        );
+        assert_eq!(active.0, 4096, "the active segment is preallocated");
+        assert!(
+            active.1 > record::SEGMENT_MAGIC.len() && active.1 < 4096,
+            "{active:?}"
+        );
+        let read = spool.reader().read_batch(5000).unwrap();
+        assert_eq!(
+            read.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=appended).collect::<Vec<_>>()
+        );
+        spool.close().await;
+
+        // A crash after a roll can leave a sealed segment with its zeros (the cut had
+        // not reached the disk): recovery cuts them, silently, records intact.
+        let sealed_path = &segment_files(dir.path())[0];
+        let sealed_len = std::fs::metadata(sealed_path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(sealed_path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let (spool, report) = open_with(&settings, metrics.clone());
+        assert!(report.cut.is_empty(), "{:?}", report.cut);
+        assert_eq!(report.next_seq, appended + 1);
+        assert_eq!(std::fs::metadata(sealed_path).unwrap().len(), sealed_len);
+        let active_before = *segment_extents(dir.path()).last().unwrap();
+        assert_eq!(active_before.0, 4096, "still preallocated after a reopen");
+        assert_eq!(
+            spool.append(event("after", 10)).await,
+            Ok(Appended::Stored { seq: appended + 1 })
+        );
+        let active_after = *segment_extents(dir.path()).last().unwrap();
+        assert_eq!(active_after.0, 4096);
+        assert!(
+            active_after.1 > active_before.1,
+            "written where the records end"
+        );
+        spool.close().await;
+        assert_eq!(
+            dumped_seqs(dir.path()),
+            (1..=appended + 1).collect::<Vec<_>>()
+        );
+    }
+
+    /// `preallocate: false`: segments grow as they are written, and a spare an earlier
+    /// run left is removed.
+    #[tokio::test]
+    async fn without_preallocation_segments_grow_and_no_spare_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("next-segment.tmp"), b"left").unwrap();
+        let settings = SpoolSettings {
+            preallocate: false,
+            ..settings(dir.path())
+        };
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let (spool, _) = open_with(&settings, metrics.clone());
+        for i in 0..40 {
+            spool.append(event(&format!("n{i}"), 300)).await.unwrap();
+        }
+        spool.close().await;
+        assert!(!dir.path().join("next-segment.tmp").exists());
+        assert_eq!(rolls(&metrics, "preallocated"), 0);
+        assert!(rolls(&metrics, "grown") >= 3);
+        let extents = segment_extents(dir.path());
+        assert!(
+            extents.iter().all(|(len, records)| len == records),
+            "{extents:?}"
+        );
+    }
+
     #[tokio::test]
     async fn recovery_repairs_an_empty_newest_segment_and_cuts_a_flipped_last_record() {
         let dir = tempfile::tempdir().unwrap();
@@ -579,13 +702,6 @@ mod tests {
             Ok(Appended::Stored { seq: 4 })
         );
         spool.close().await;
-        assert_eq!(
-            dump(dir.path())
-                .unwrap()
-                .iter()
-                .map(|r| r.seq)
-                .collect::<Vec<_>>(),
-            vec![1, 2, 3, 4]
-        );
+        assert_eq!(dumped_seqs(dir.path()), vec![1, 2, 3, 4]);
     }
 }

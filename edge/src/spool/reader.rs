@@ -7,7 +7,9 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::record::{FRAME_HEADER_LEN, Record, SEGMENT_MAGIC, decode_frame, frame_len};
+use super::record::{
+    FRAME_HEADER_LEN, Record, SEGMENT_MAGIC, decode_frame, frame_len, is_unwritten,
+};
 use super::{Shared, list_segments, segment_path};
 
 pub struct SpoolReader {
@@ -64,7 +66,19 @@ impl SpoolReader {
             let mut reached_unsynced = false;
             while out.len() < max && offset + FRAME_HEADER_LEN as u64 <= end {
                 let mut header = [0u8; FRAME_HEADER_LEN];
-                file.read_exact(&mut header)?;
+                match file.read_exact(&mut header) {
+                    // Preallocated room the writer has not reached, or a segment cut to its
+                    // records by a roll since we measured it: nothing more here yet.
+                    Ok(()) if is_unwritten(&header) => {
+                        reached_unsynced = true;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                        reached_unsynced = true;
+                        break;
+                    }
+                    result => result?,
+                }
                 let len = frame_len(&header).map_err(invalid)?;
                 if offset + len as u64 > end {
                     // The writer is still writing this frame; it is not durable yet.

@@ -10,6 +10,10 @@
 //!           body_len:u32le body
 //! str16   = len:u16le bytes
 //! ```
+//!
+//! A segment may be preallocated: zero bytes after its last frame, which appends
+//! overwrite. A real frame never starts with a zero header (its payload is never empty),
+//! so a zero header marks the end of what was written.
 
 use std::fmt;
 
@@ -142,6 +146,11 @@ pub fn frame_len(header: &[u8; FRAME_HEADER_LEN]) -> Result<usize, FrameError> {
         return Err(FrameError::Corrupt("length over the maximum"));
     }
     Ok(FRAME_HEADER_LEN + len)
+}
+
+/// Whether this frame header is preallocated space that nothing was written to yet.
+pub fn is_unwritten(header: &[u8; FRAME_HEADER_LEN]) -> bool {
+    header.iter().all(|&b| b == 0)
 }
 
 /// Decodes the frame at the start of `buf`; returns the record and the frame's length.
@@ -312,6 +321,18 @@ pub(crate) mod tests {
         );
     }
 
+    /// Even the smallest record's header differs from preallocated zeros.
+    #[test]
+    fn no_frame_header_looks_unwritten() {
+        let mut record = sample(0, "");
+        record.headers.clear();
+        record.body.clear();
+        let mut buf = Vec::new();
+        record.view().encode_frame(&mut buf);
+        assert!(!is_unwritten(buf[..FRAME_HEADER_LEN].try_into().unwrap()));
+        assert!(is_unwritten(&[0; FRAME_HEADER_LEN]));
+    }
+
     #[test]
     fn absurd_length_is_corrupt_not_an_allocation() {
         let mut buf = vec![0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
@@ -338,6 +359,7 @@ pub(crate) mod tests {
             let (decoded, used) = decode_frame(&buf).unwrap();
             prop_assert_eq!(used, buf.len());
             prop_assert_eq!(decoded.to_owned_record(), record);
+            prop_assert!(!is_unwritten(buf[..FRAME_HEADER_LEN].try_into().unwrap()));
         }
     }
 }

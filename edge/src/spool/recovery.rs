@@ -49,6 +49,8 @@ pub(super) struct Recovered {
     pub total_bytes: u64,
     pub segments: BTreeMap<u64, SegmentMeta>,
     pub active: File,
+    /// The active segment is zero-filled to `segment_bytes` (appends overwrite).
+    pub active_preallocated: bool,
     pub recent: HashMap<String, RecentIds>,
     pub lag: LagBytes,
     pub lock: Flock<File>,
@@ -83,7 +85,8 @@ pub(super) fn recover(
     remove_delivered(dir, &mut segments, checkpoint)?;
 
     let next_seq = replay.last_seq + 1;
-    let active = open_active(dir, &mut segments, next_seq)?;
+    let (active, active_preallocated) =
+        open_active(dir, &mut segments, next_seq, settings.segment_bytes)?;
     let mut report = replay.report;
     report.segments = segments.len();
     report.next_seq = next_seq;
@@ -95,6 +98,7 @@ pub(super) fn recover(
         total_bytes,
         segments,
         active,
+        active_preallocated,
         recent: replay.recent,
         lag: replay.lag,
         lock,
@@ -113,8 +117,9 @@ struct Replay {
 
 impl Replay {
     /// Reads one segment back. An incomplete tail of the last segment (a crash
-    /// mid-append) is cut; damage before the end of an older one is reported and the
-    /// records after it cannot be read.
+    /// mid-append) is cut, its preallocated zeros are kept for the appends to come;
+    /// damage before the end of an older one is reported and the records after it
+    /// cannot be read.
     fn segment(&mut self, path: &Path, is_last: bool) -> anyhow::Result<SegmentMeta> {
         let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let scan = scan_segment(&bytes);
@@ -130,9 +135,15 @@ impl Replay {
             self.last_seq = self.last_seq.max(record.seq);
         }
         self.report.records += scan.records.len() as u64;
-        let mut kept_len = bytes.len();
-        if let Some(stop) = scan.stop {
-            if is_last {
+        let mut kept_len = scan.valid_len;
+        match scan.stop {
+            None if scan.valid_len < bytes.len() && !is_last => {
+                // Preallocated room a roll had cut off, lost in a crash: a sealed segment
+                // ends at its last record, which is where the reader moves on.
+                cut_tail(path, scan.valid_len)?;
+            }
+            None => {}
+            Some(stop) if is_last => {
                 cut_tail(path, scan.valid_len)?;
                 kept_len = scan.valid_len.max(SEGMENT_MAGIC.len());
                 let cut = CutTail {
@@ -143,7 +154,9 @@ impl Replay {
                 };
                 tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut an incomplete tail");
                 self.report.cut.push(cut);
-            } else {
+            }
+            Some(stop) => {
+                kept_len = bytes.len();
                 tracing::error!(segment = %path.display(), offset = stop.offset, reason = %stop.error, kept = scan.records.len(), "spool segment is damaged before its end; records after the damage cannot be read");
             }
         }
@@ -173,16 +186,20 @@ fn lock_dir(dir: &Path) -> anyhow::Result<Flock<File>> {
     })
 }
 
-/// The segment new records go to: the newest one, or a fresh one from `next_seq`.
+/// The segment new records go to: the newest one, or a fresh one from `next_seq`; and
+/// whether it is preallocated (beyond its records it holds only zeros, after recovery).
 fn open_active(
     dir: &Path,
     segments: &mut BTreeMap<u64, SegmentMeta>,
     next_seq: u64,
-) -> anyhow::Result<File> {
+    segment_bytes: u64,
+) -> anyhow::Result<(File, bool)> {
     if let Some((&first, _)) = segments.last_key_value() {
-        return Ok(OpenOptions::new()
+        let file = OpenOptions::new()
             .write(true)
-            .open(segment_path(dir, first))?);
+            .open(segment_path(dir, first))?;
+        let preallocated = file.metadata()?.len() >= segment_bytes;
+        return Ok((file, preallocated));
     }
     let file = create_segment(dir, next_seq)?;
     segments.insert(
@@ -192,7 +209,7 @@ fn open_active(
             last_seq: None,
         },
     );
-    Ok(file)
+    Ok((file, false))
 }
 
 /// Creates a new, empty segment durably (file and directory entry).

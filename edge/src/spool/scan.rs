@@ -11,7 +11,8 @@ pub struct SegmentScan<'a> {
     pub frame_lens: Vec<usize>,
     /// Length of the valid prefix (magic plus whole records).
     pub valid_len: usize,
-    /// Why the scan stopped before the end of the bytes, if it did.
+    /// Why the scan stopped before the end of the bytes, if it did. Zeros from the end
+    /// of the valid prefix to the end of the bytes are preallocated room, not a stop.
     pub stop: Option<ScanStop>,
 }
 
@@ -65,6 +66,9 @@ pub fn scan_segment(bytes: &[u8]) -> SegmentScan<'_> {
     let mut offset = SEGMENT_MAGIC.len();
     let mut last_seq = None;
     while offset < bytes.len() {
+        if bytes[offset..].iter().all(|&b| b == 0) {
+            break;
+        }
         match decode_frame(&bytes[offset..]) {
             Ok((record, len)) => {
                 if last_seq.is_some_and(|last| record.seq <= last) {
@@ -95,6 +99,7 @@ pub fn scan_segment(bytes: &[u8]) -> SegmentScan<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spool::record::FRAME_HEADER_LEN;
     use crate::spool::record::tests::sample;
 
     fn segment(n: u64) -> (Vec<u8>, Vec<usize>) {
@@ -173,6 +178,37 @@ mod tests {
             scan.stop.unwrap().error,
             ScanError::Frame(FrameError::Corrupt("crc mismatch"))
         );
+    }
+
+    #[test]
+    fn zeros_after_the_records_are_room_not_damage() {
+        let (mut buf, ends) = segment(3);
+        buf.resize(buf.len() + 4096, 0);
+        let scan = scan_segment(&buf);
+        assert_eq!(
+            (scan.records.len(), scan.valid_len, scan.stop),
+            (3, ends[2], None)
+        );
+        let mut empty = SEGMENT_MAGIC.to_vec();
+        empty.resize(4096, 0);
+        let scan = scan_segment(&empty);
+        assert_eq!(
+            (scan.records.len(), scan.valid_len, scan.stop),
+            (0, SEGMENT_MAGIC.len(), None)
+        );
+    }
+
+    /// A write that reached the disk only in part (pages land in any order) leaves
+    /// non-zero bytes after a zero header: damage, cut like any torn tail.
+    #[test]
+    fn a_torn_write_into_preallocated_room_is_a_stop() {
+        let (whole, ends) = segment(3);
+        let mut buf = whole.clone();
+        buf[ends[1]..ends[1] + FRAME_HEADER_LEN].fill(0);
+        buf.resize(buf.len() + 4096, 0);
+        let scan = scan_segment(&buf);
+        assert_eq!((scan.records.len(), scan.valid_len), (2, ends[1]));
+        assert!(scan.stop.is_some());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use edge_kit::metrics::Reason;
 use nix::fcntl::Flock;
 use tokio::sync::{mpsc, oneshot};
 
@@ -22,6 +23,7 @@ use super::metrics::SpoolMetrics;
 use super::recent_ids::RecentIds;
 use super::record::{RecordView, SEGMENT_MAGIC};
 use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
+use super::spare::{self, Spare};
 use super::{AppendError, Appended, NewEvent, Shared, checkpoint, reserve};
 use crate::config::SpoolSettings;
 
@@ -42,6 +44,10 @@ pub(super) struct Writer {
     sync_delay: Duration,
     segments: BTreeMap<u64, SegmentMeta>,
     active: File,
+    /// The active segment is zero-filled to its full size, so appends overwrite.
+    active_preallocated: bool,
+    /// The next segment, made ahead (`spool.preallocate`).
+    spare: Option<Spare>,
     next_seq: u64,
     /// The first sequence number not yet durable: `next_seq` once a batch is flushed.
     durable_next_seq: u64,
@@ -75,6 +81,8 @@ impl Writer {
             sync_delay: settings.sync_delay,
             segments: recovered.segments,
             active: recovered.active,
+            active_preallocated: recovered.active_preallocated,
+            spare: spare::prepare(settings),
             next_seq: recovered.next_seq,
             durable_next_seq: recovered.next_seq,
             checkpoint: recovered.checkpoint,
@@ -203,7 +211,8 @@ impl Writer {
                 continue;
             }
             let segment_len = self.active_len() + buf.len() as u64;
-            if segment_len + len > self.segment_bytes && segment_len > SEGMENT_MAGIC.len() as u64 {
+            let full = segment_len + len > self.segment_bytes;
+            if (full || self.spare_waits()) && segment_len > SEGMENT_MAGIC.len() as u64 {
                 if let Err(e) = self.flush(&mut buf).and_then(|()| self.roll(seq)) {
                     io_result = Err(e);
                     break;
@@ -300,6 +309,7 @@ impl Writer {
         self.next_seq = self.durable_next_seq;
         let durable_len = self.active_len();
         let _ = self.active.set_len(durable_len);
+        self.active_preallocated = false;
         if !is_disk_full(error) {
             let failure = error.to_string();
             tracing::error!(error = %error, dir = %self.dir.display(), "spool write failed; refusing appends until restart");
@@ -311,6 +321,12 @@ impl Writer {
             tracing::error!(error = %error, dir = %self.dir.display(), "spool disk full: answering 503 and failing /readyz until space is freed");
         }
         AppendError::DiskFull
+    }
+
+    /// A spare is ready while the active segment is not preallocated (a fresh spool, or
+    /// one whose spare was not ready at the last roll): move onto it before it is full.
+    fn spare_waits(&mut self) -> bool {
+        !self.active_preallocated && self.spare.as_mut().is_some_and(Spare::is_ready)
     }
 
     fn view<'e>(&'e self, event: &'e NewEvent, seq: u64) -> RecordView<'e> {
@@ -364,11 +380,32 @@ impl Writer {
         Ok(())
     }
 
+    /// Seals the active segment and moves to a new one that starts at `first_seq`: the
+    /// spare if it is ready, else a file made here.
     fn roll(&mut self, first_seq: u64) -> std::io::Result<()> {
-        self.active = create_segment(&self.dir, first_seq).inspect_err(|_| {
-            // Half made (no room for its header): recovery must not find it.
-            let _ = std::fs::remove_file(super::segment_path(&self.dir, first_seq));
-        })?;
+        // A sealed segment ends at its last record, where the reader moves on: no zeros
+        // after it, preallocated or left by a run with a larger segment_bytes.
+        self.active.set_len(self.active_len())?;
+        self.active_preallocated = false;
+        let spare = match &mut self.spare {
+            Some(spare) => spare.take(first_seq)?,
+            None => None,
+        };
+        let preallocated = spare.is_some();
+        self.active = match spare {
+            Some(file) => file,
+            None => create_segment(&self.dir, first_seq).inspect_err(|_| {
+                // Half made (no room for its header): recovery must not find it.
+                let _ = std::fs::remove_file(super::segment_path(&self.dir, first_seq));
+            })?,
+        };
+        self.active_preallocated = preallocated;
+        let reason = if preallocated {
+            "preallocated"
+        } else {
+            "grown"
+        };
+        self.metrics.rolls.get_or_create(&Reason { reason }).inc();
         self.segments.insert(
             first_seq,
             SegmentMeta {
