@@ -17,7 +17,7 @@ cargo test --release --workspace --exclude lab 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 # Every parser that faces the internet, fuzzed for a bounded time each.
 if [ "$status" -eq 0 ]; then
-    edge/fuzz/run.sh "${FUZZ_SECONDS:-30}" 2>&1 | tee -a "$log"
+    edge/fuzz/run.sh "${FUZZ_SECONDS:-10}" 2>&1 | tee -a "$log"
     status=${PIPESTATUS[0]}
 fi
 # The lab's end-to-end scenarios print one result line each; a failing lab test binary

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds every fuzz target once (nightly, AddressSanitizer) and runs each for SECONDS
-# (default 30) over its corpus in the repository. What a run discovers goes to a scratch
+# Builds every fuzz target once (nightly, no sanitizer) and runs each for SECONDS
+# (default 10) over its corpus in the repository. No AddressSanitizer: the targets are
+# safe Rust, where an out-of-bounds access is a panic already; without it the build is minutes
+# shorter and each target runs 10-13x more inputs a second. What a run discovers goes to a scratch
 # corpus under target/, so the repository stays as committed; a crash is saved under
 # target/fuzz-artifacts/TARGET/ and fails the run (turn it into a regression test, and
 # add the input to the corpus). Prints one line per target, then "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-seconds=${1:-30}
+seconds=${1:-10}
 out=$(cd .. && pwd)/target
 scratch=$out/fuzz-corpus
 artifacts=$out/fuzz-artifacts
@@ -14,20 +16,20 @@ artifacts=$out/fuzz-artifacts
 nightly=$(sed -n 's/^channel = "\(.*\)"$/\1/p' ../xdp/ebpf/rust-toolchain.toml)
 targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^edge-fuzz$')
 
-cargo "+$nightly" fuzz build --target-dir "$out/fuzz" || { echo "0 passed, 1 failed: fuzz build"; exit 1; }
+cargo "+$nightly" fuzz build --sanitizer none --target-dir "$out/fuzz" || { echo "0 passed, 1 failed: fuzz build"; exit 1; }
 passed=0
 failed=0
 for target in $targets; do
     mkdir -p "$scratch/$target" "$artifacts/$target"
     log=$artifacts/$target.log
-    if cargo "+$nightly" fuzz run --target-dir "$out/fuzz" "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
+    if cargo "+$nightly" fuzz run --sanitizer none --target-dir "$out/fuzz" "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
         -max_total_time="$seconds" -artifact_prefix="$artifacts/$target/" -print_final_stats=1 >"$log" 2>&1; then
         runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
         echo "fuzz $target: ${runs:-?} inputs in ${seconds}s, no crash"
         passed=$((passed + 1))
     else
         echo "fuzz $target: FAILED (see $log and $artifacts/$target/)"
-        grep -E 'panicked|ERROR: AddressSanitizer|SUMMARY' "$log" | head -5
+        grep -E 'panicked|deadly signal|SUMMARY' "$log" | head -5
         failed=$((failed + 1))
     fi
 done
