@@ -263,7 +263,7 @@ fn spool_settings(dir: &std::path::Path) -> SpoolSettings {
         segment_bytes: 64 << 20,
         max_batch_delay: Duration::from_millis(1),
         high_water: 0.9,
-        preallocate: true,
+        preallocate: false,
         sync_delay: Duration::ZERO,
     }
 }
