@@ -273,9 +273,23 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
 /// events again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
+    full_spool_disk(false).await;
+}
+
+/// The same with preallocated segments: the spare that finds no room is given up, the
+/// writer falls back to growing segments, and the reader crosses both kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_disk_with_preallocated_segments_answers_503_and_recovers_by_itself() {
+    full_spool_disk(true).await;
+}
+
+async fn full_spool_disk(preallocate: bool) {
     ::lab::require_root!("mounting a filesystem");
     let mut nats = Nats::start();
-    let mut edge = Edge::start("  segment_bytes: 1MiB\n  max_bytes: 1GiB\n", "");
+    let mut edge = Edge::start(
+        &format!("  segment_bytes: 1MiB\n  max_bytes: 1GiB\n  preallocate: {preallocate}\n"),
+        "",
+    );
     edge.kill9();
     let _disk = Tmpfs::mount(&edge.spool_dir(), "12m");
     let mut edge = edge.with_section(&backhaul_config(&nats));
@@ -314,6 +328,14 @@ async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
     let (_, why) = admin_get(edge.admin_port, "/readyz").unwrap();
     assert!(why.contains("spool disk full"), "{why}");
     assert!(edge.metric(r#"edge_spool_appends_total{pop="test",reason="disk_full"}"#) >= 50.0);
+    let preallocated_rolls =
+        edge.metric(r#"edge_spool_rolls_total{pop="test",reason="preallocated"}"#);
+    let grown_rolls = edge.metric(r#"edge_spool_rolls_total{pop="test",reason="grown"}"#);
+    assert_eq!(
+        preallocated_rolls > 0.0,
+        preallocate,
+        "{preallocated_rolls}"
+    );
 
     // What is on disk is exactly what was acknowledged: nothing torn, nothing extra.
     let on_disk: HashSet<String> = edge::spool::dump(&edge.spool_dir())
@@ -364,7 +386,7 @@ async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
         edge.log_text()
     );
     println!(
-        "full disk: {} acked, then {} refused with 503 + Retry-After; all delivered and ready again {} ms after the origin returned",
+        "full disk (preallocate: {preallocate}; rolls: {preallocated_rolls} preallocated, {grown_rolls} grown): {} acked, then {} refused with 503 + Retry-After; all delivered and ready again {} ms after the origin returned",
         acked.len(),
         refused.len(),
         started.elapsed().as_millis()

@@ -228,7 +228,8 @@ impl Edge {
             .lines()
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-            .sum()
+            // Not `sum()`: an empty f64 sum is -0, which prints as "-0".
+            .fold(0.0, |total, value| total + value)
     }
 
     pub fn kill9(&mut self) {
