@@ -66,18 +66,16 @@ impl SpoolReader {
             let mut reached_unsynced = false;
             while out.len() < max && offset + FRAME_HEADER_LEN as u64 <= end {
                 let mut header = [0u8; FRAME_HEADER_LEN];
-                match file.read_exact(&mut header) {
-                    // Preallocated room the writer has not reached, or a segment cut to its
-                    // records by a roll since we measured it: nothing more here yet.
-                    Ok(()) if is_unwritten(&header) => {
-                        reached_unsynced = true;
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                        reached_unsynced = true;
-                        break;
-                    }
-                    result => result?,
+                // Preallocated room the writer has not reached, or a segment cut to its
+                // records by a roll since we measured it: nothing more here yet.
+                let nothing_more = match file.read_exact(&mut header) {
+                    Ok(()) => is_unwritten(&header),
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => true,
+                    Err(e) => return Err(e),
+                };
+                if nothing_more {
+                    reached_unsynced = true;
+                    break;
                 }
                 let len = frame_len(&header).map_err(invalid)?;
                 if offset + len as u64 > end {
