@@ -13,7 +13,9 @@
 //!   next is the newest, whose short wait would hide a queue that never drains.
 //! - **A bounded wait queue** with a maximum wait, served newest first (LIFO): the newest
 //!   request is the likeliest to still meet its sender's deadline; high-priority waiters
-//!   go before the others.
+//!   go before the others. While overloaded, a default-priority waiter that has waited
+//!   over twice the target is shed (Wangle's rule): LIFO would leave it at the back until
+//!   `max_wait`, and the few that got a slot late would be every admitted request's tail.
 //! - **Priorities**: `High` is shed only when the queue is full, `Default` also while
 //!   overloaded, `Low` whenever no slot is free.
 
@@ -81,7 +83,8 @@ impl Priority {
 pub enum ShedReason {
     /// A low-priority request found no free slot.
     NoSlot,
-    /// A default-priority request arrived while the overload flag was up.
+    /// A default-priority request arrived while the overload flag was up, or had waited
+    /// over twice the target while it was.
     Overloaded,
     QueueFull,
     /// Waited `max_wait` without getting a slot.
@@ -104,6 +107,15 @@ impl ShedReason {
 
 /// A place in the wait queue.
 pub type Ticket = u64;
+
+/// What a released slot did to the queue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Released {
+    /// Tickets granted a slot, newest first.
+    pub granted: Vec<Ticket>,
+    /// Tickets taken out of the queue and shed ([`ShedReason::Overloaded`]).
+    pub shed: Vec<Ticket>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -187,8 +199,8 @@ impl Limiter {
 
     /// A slot is given back; `work` is how long it did real work (`None` for a request
     /// that ended fast without any, which says nothing about capacity). Returns the
-    /// tickets granted a slot, newest first.
-    pub fn release(&mut self, now: Time, work: Option<Duration>) -> Vec<Ticket> {
+    /// tickets granted a slot and those shed from the queue.
+    pub fn release(&mut self, now: Time, work: Option<Duration>) -> Released {
         self.inflight = self.inflight.saturating_sub(1);
         if let Some(work) = work {
             self.window_work.0 += work.as_secs_f64();
@@ -202,6 +214,7 @@ impl Limiter {
             self.window_end = now + LIMIT_WINDOW;
         }
         self.roll_interval(now);
+        let shed = self.shed_stale(now);
         let mut granted = Vec::new();
         while self.inflight < self.limit() {
             let Some(waiter) = self.next_waiter() else {
@@ -211,7 +224,7 @@ impl Limiter {
             granted.push(waiter.ticket);
         }
         self.observe_queue(now);
-        granted
+        Released { granted, shed }
     }
 
     /// Takes a ticket out of the queue (waited `max_wait`, or its client went away).
@@ -275,7 +288,24 @@ impl Limiter {
         self.interval_end = now + self.settings.interval;
     }
 
-    /// Samples the queueing delay: how long the oldest waiter has waited (0: no queue).
+    /// While overloaded: takes out the default-priority waiters that waited over twice
+    /// the target. High-priority ones wait on, up to `max_wait`.
+    fn shed_stale(&mut self, now: Time) -> Vec<Ticket> {
+        let stale = 2 * self.settings.target_delay;
+        if !self.overloaded || self.oldest_wait(now) <= stale {
+            return Vec::new();
+        }
+        let mut shed = Vec::new();
+        self.queue.retain(|waiter| {
+            let keep = waiter.priority == Priority::High || now - waiter.since <= stale;
+            if !keep {
+                shed.push(waiter.ticket);
+            }
+            keep
+        });
+        shed
+    }
+
     /// The newest high-priority waiter, else the newest: a sender that does not retry
     /// goes before the ones that will, and the newest is likeliest to meet its deadline.
     fn next_waiter(&mut self) -> Option<Waiter> {
@@ -287,6 +317,7 @@ impl Limiter {
         self.queue.remove(at)
     }
 
+    /// Samples the queueing delay: how long the oldest waiter has waited (0: no queue).
     fn observe_queue(&mut self, now: Time) {
         let delay = self.oldest_wait(now);
         self.min_delay = Some(self.min_delay.map_or(delay, |min| min.min(delay)));
@@ -509,8 +540,8 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(l.release(ms(4), None), vec![tickets[2]]);
-        assert_eq!(l.release(ms(5), None), vec![tickets[1]]);
+        assert_eq!(l.release(ms(4), None).granted, vec![tickets[2]]);
+        assert_eq!(l.release(ms(5), None).granted, vec![tickets[1]]);
         assert_eq!(l.inflight(), 10);
     }
 
@@ -529,7 +560,9 @@ mod tests {
         let default_old = queued(&mut l, 2, Priority::Default);
         let high_new = queued(&mut l, 3, Priority::High);
         let default_new = queued(&mut l, 4, Priority::Default);
-        let order: Vec<Ticket> = (5..9).flat_map(|at| l.release(ms(at), None)).collect();
+        let order: Vec<Ticket> = (5..9)
+            .flat_map(|at| l.release(ms(at), None).granted)
+            .collect();
         assert_eq!(order, vec![high_new, high_old, default_new, default_old]);
     }
 
@@ -547,10 +580,61 @@ mod tests {
         };
         assert!(l.cancel(ms(500), expired));
         assert_eq!(l.queued(), 1);
-        assert_eq!(l.release(ms(501), None), vec![served]);
+        assert_eq!(l.release(ms(501), None).granted, vec![served]);
         assert!(
             !l.cancel(ms(502), served),
             "granted: the caller owns a slot"
+        );
+    }
+
+    #[test]
+    fn while_overloaded_default_waiters_past_twice_the_target_are_shed_and_high_ones_wait() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            l.acquire(ms(0), Priority::High);
+        }
+        let queued =
+            |l: &mut Limiter, at: u64, priority: Priority| match l.acquire(ms(at), priority) {
+                Decision::Queued(t) => t,
+                other => panic!("{other:?}"),
+            };
+        let high = queued(&mut l, 0, Priority::High);
+        // The first interval ends with a wait of 0 (the admissions at 0 ms): no overload.
+        let default_old = queued(&mut l, 101, Priority::Default);
+        let default_fresh = queued(&mut l, 195, Priority::Default);
+        // The second ends at 201 ms with the oldest waiter 200 ms old: overloaded. At
+        // 203 ms the 101 ms waiter has waited 102 ms (over 2 x 5), the 195 ms one 8 ms.
+        let released = l.release(ms(203), None);
+        assert!(l.overloaded());
+        assert_eq!(released.shed, vec![default_old]);
+        assert_eq!(
+            released.granted,
+            vec![high],
+            "high first, whatever its wait"
+        );
+        assert_eq!(l.queued(), 1);
+        assert_eq!(l.release(ms(204), None).granted, vec![default_fresh]);
+    }
+
+    #[test]
+    fn without_overload_a_long_wait_is_not_shed_before_max_wait() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            l.acquire(ms(0), Priority::High);
+        }
+        let Decision::Queued(waiter) = l.acquire(ms(99), Priority::Default) else {
+            panic!()
+        };
+        // 99 ms of the first interval passed with an empty queue: not overloaded, and the
+        // 40 ms wait is a burst's, not a standing queue's.
+        let released = l.release(ms(139), None);
+        assert!(!l.overloaded());
+        assert_eq!(
+            released,
+            Released {
+                granted: vec![waiter],
+                shed: vec![]
+            }
         );
     }
 }

@@ -64,7 +64,7 @@ pub struct Admission {
 
 struct State {
     limiter: Limiter,
-    waiters: HashMap<Ticket, oneshot::Sender<()>>,
+    waiters: HashMap<Ticket, oneshot::Sender<Answer>>,
     rates: RateLimits<Arc<str>>,
 }
 
@@ -181,7 +181,7 @@ impl Admission {
     async fn wait(
         self: &Arc<Self>,
         ticket: Ticket,
-        granted: oneshot::Receiver<()>,
+        granted: oneshot::Receiver<Answer>,
         priority: Priority,
         started: Instant,
     ) -> Result<Permit, ShedReason> {
@@ -193,9 +193,17 @@ impl Admission {
             ticket: Some(ticket),
         };
         match tokio::time::timeout(max_wait, granted).await {
-            Ok(Ok(())) => {
+            Ok(Ok(Ok(()))) => {
                 queued.ticket = None;
                 Ok(self.admitted(started))
+            }
+            Ok(Ok(Err(reason))) => {
+                queued.ticket = None;
+                self.metrics.shed(priority, reason.as_str());
+                self.metrics
+                    .queue_delay
+                    .observe(started.elapsed().as_secs_f64());
+                Err(reason)
             }
             _ => {
                 let ticket = queued.ticket.take().expect("still queued");
@@ -241,12 +249,18 @@ impl Admission {
             return;
         }
         let mut state = self.state.lock().expect("admission state");
-        let granted = state.limiter.release(self.now(), work);
+        let released = state.limiter.release(self.now(), work);
         // A granted slot belongs to its waiter from now on, delivered or not: a waiter
         // that is gone gives it back through its TicketGuard.
-        for ticket in granted {
+        let answers = (released.granted.into_iter().map(|t| (t, Ok(())))).chain(
+            released
+                .shed
+                .into_iter()
+                .map(|t| (t, Err(ShedReason::Overloaded))),
+        );
+        for (ticket, answer) in answers {
             if let Some(waiter) = state.waiters.remove(&ticket) {
-                let _ = waiter.send(());
+                let _ = waiter.send(answer);
             }
         }
         self.publish(&state);
@@ -279,9 +293,12 @@ impl Drop for Permit {
     }
 }
 
+/// A queued request's answer: a slot, or why it was shed while waiting.
+type Answer = Result<(), ShedReason>;
+
 enum Entry {
     Admitted,
-    Queued(Ticket, oneshot::Receiver<()>),
+    Queued(Ticket, oneshot::Receiver<Answer>),
     Shed(ShedReason),
 }
 
@@ -465,6 +482,42 @@ mod tests {
         let shed = admission.acquire(Priority::High).await.err();
         assert_eq!(shed, Some(ShedReason::WaitExpired));
         assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn a_default_waiter_is_shed_once_the_queue_stands_and_a_high_one_is_served() {
+        let mut s = settings(true);
+        s.limiter.max_wait = Duration::from_secs(2);
+        s.limiter.max_queue = 4;
+        let admission = Admission::new(s, AdmissionMetrics::default(), None);
+        let mut held = vec![
+            admission.acquire(Priority::High).await.unwrap(),
+            admission.acquire(Priority::High).await.unwrap(),
+        ];
+        let started = Instant::now();
+        let waiter = |priority| {
+            let admission = Arc::clone(&admission);
+            tokio::spawn(async move { admission.acquire(priority).await.map(drop) })
+        };
+        let default = waiter(Priority::Default);
+        let high = waiter(Priority::High);
+        // The first CoDel interval ends (at 120 ms) on the wait of 0 the permits saw; the
+        // second (from 250 ms) on the queue that stood through it.
+        let route: Arc<str> = Arc::from("r");
+        let source: IpAddr = "198.51.100.7".parse().unwrap();
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert_eq!(
+            admission.check(&route, Priority::High, None, source, 0.0),
+            Ok(())
+        );
+        tokio::time::sleep(Duration::from_millis(130)).await;
+        held.pop();
+        assert_eq!(default.await.unwrap(), Err(ShedReason::Overloaded));
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "not at max_wait"
+        );
+        assert_eq!(high.await.unwrap(), Ok(()));
     }
 
     #[test]
