@@ -7,7 +7,7 @@
 //! prints a table: success per priority (a 2xx within GitHub's 10 s deadline), p99 of
 //! admitted requests against the unloaded p99, p99 of shed answers (as the load's own
 //! senders see them, and as a probe sees them: a small low-priority request every 20 ms
-//! on a connection of its own, which measures what shedding costs the edge rather than
+//! on a connection and a thread of its own, which measures what shedding costs the edge rather than
 //! how long an answer waits behind 60 KiB uploads on a shared connection), peak RSS.
 //!
 //!     cargo bench -p edge --bench admission            (OVERLOAD_SECONDS=30, FACTOR=3)
@@ -77,11 +77,10 @@ fn main() {
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for enabled in [true, false] {
         let edge = start(enabled);
-        let ((run, load), probe) = runtime.block_on(async {
-            let probe = tokio::spawn(probe(client(&edge, true), edge.url(PATHS[2]), seconds));
-            let run = open_loop(&edge, &body, rate, Duration::from_secs(seconds)).await;
-            (run, probe.await.unwrap())
-        });
+        let probe = probe(client(&edge, true), edge.url(PATHS[2]), seconds);
+        let (run, load) =
+            runtime.block_on(open_loop(&edge, &body, rate, Duration::from_secs(seconds)));
+        let probe = probe.join().unwrap();
         let ok = |path: &str| {
             let of: Vec<&Outcome> = run.iter().filter(|r| r.path == path).collect();
             100.0 * of.iter().filter(|r| r.status == Some(202)).count() as f64 / of.len() as f64
@@ -284,8 +283,25 @@ fn cpu_time() -> Duration {
     micros(usage.user_time()) + micros(usage.system_time())
 }
 
-/// A small low-priority request every 20 ms for `seconds`, on its own connection.
-async fn probe(client: reqwest::Client, url: String, seconds: u64) -> Vec<Outcome> {
+/// A small low-priority request every 20 ms for `seconds`, on its own connection and
+/// its own thread and runtime: the kernel wakes a thread that mostly sleeps at once,
+/// where a task of the load's runtime would wait behind thousands of others, so the
+/// figure is the edge's, not the busy client's.
+fn probe(
+    client: reqwest::Client,
+    url: String,
+    seconds: u64,
+) -> std::thread::JoinHandle<Vec<Outcome>> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(probe_requests(client, url, seconds))
+    })
+}
+
+async fn probe_requests(client: reqwest::Client, url: String, seconds: u64) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     for n in 0..seconds * 50 {
