@@ -15,6 +15,9 @@ pub struct HttpSettings {
     pub max_headers: usize,
     pub header_timeout: Duration,
     pub h2_max_concurrent_streams: u32,
+    /// HTTP/2 stream receive window: how much of a body a sender may send before the
+    /// edge asks for more, so also the most it receives of a body it sheds.
+    pub h2_stream_window: u32,
     /// HTTP/2 PING every `interval` on a quiet connection; no answer within `timeout` closes it.
     pub h2_keepalive_interval: Duration,
     pub h2_keepalive_timeout: Duration,
@@ -39,6 +42,9 @@ pub(super) struct RawHttp {
     header_timeout: Duration,
     /// Default 128.
     h2_max_concurrent_streams: u32,
+    /// A stream's receive window: a sender sends this much of a body before it must
+    /// wait for the edge to ask for more. Default 1MiB.
+    h2_stream_window: ByteSize,
     /// PING a quiet HTTP/2 connection this often. Default 20s.
     #[serde(with = "humantime_serde")]
     h2_keepalive_interval: Duration,
@@ -75,6 +81,7 @@ impl Default for RawHttp {
             max_headers: 64,
             header_timeout: Duration::from_secs(10),
             h2_max_concurrent_streams: 128,
+            h2_stream_window: ByteSize::mib(1),
             h2_keepalive_interval: Duration::from_secs(20),
             h2_keepalive_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(45),
@@ -113,6 +120,15 @@ impl RawHttp {
                 "must be longer than http.body_timeout (a slow body is answered 408 first)",
             );
         }
+        let h2_stream_window = u32::try_from(self.h2_stream_window.as_u64())
+            .ok()
+            .filter(|w| (H2_MIN_WINDOW..=H2_MAX_WINDOW).contains(w));
+        if h2_stream_window.is_none() {
+            errors.add(
+                "http.h2_stream_window",
+                "must be between 16KiB and 2GiB - 1 byte (HTTP/2's largest window)",
+            );
+        }
         if self.max_headers == 0 {
             errors.add("http.max_headers", "must be positive");
         }
@@ -121,6 +137,7 @@ impl RawHttp {
             max_headers: self.max_headers,
             header_timeout: self.header_timeout,
             h2_max_concurrent_streams: self.h2_max_concurrent_streams,
+            h2_stream_window: h2_stream_window.unwrap_or(H2_MAX_WINDOW),
             h2_keepalive_interval: self.h2_keepalive_interval,
             h2_keepalive_timeout: self.h2_keepalive_timeout,
             request_timeout: self.request_timeout,
@@ -138,3 +155,8 @@ impl RawHttp {
         }
     }
 }
+
+/// HTTP/2's largest flow-control window (RFC 9113, 6.9.1).
+const H2_MAX_WINDOW: u32 = (1 << 31) - 1;
+/// Below one maximum-size frame a window only adds round trips.
+const H2_MIN_WINDOW: u32 = 16 * 1024;

@@ -95,6 +95,7 @@ const RESTART_ONLY: &[&str] = &[
     "http.max_headers",
     "http.header_timeout",
     "http.h2_max_concurrent_streams",
+    "http.h2_stream_window",
     "http.h2_keepalive_interval",
     "http.h2_keepalive_timeout",
     "http.write_stall_timeout",
@@ -327,6 +328,22 @@ routes:
         assert_eq!(errors[0].0, "routes[2].provider");
         let errors = errors_of(&GOOD.replace("max_batch_delay: 1ms", "max_batch_delay: soon"));
         assert_eq!(errors[0].0, "spool.max_batch_delay");
+    }
+
+    #[test]
+    fn the_h2_stream_window_defaults_to_hypers_and_must_be_a_window_http2_allows() {
+        assert_eq!(parse(GOOD).unwrap().http.h2_stream_window, 1 << 20);
+        let with = |window: &str| {
+            GOOD.replace(
+                "routes:",
+                &format!("http:\n  h2_stream_window: {window}\nroutes:"),
+            )
+        };
+        assert_eq!(parse(&with("16KiB")).unwrap().http.h2_stream_window, 16384);
+        for bad in ["1KiB", "2GiB"] {
+            let errors = errors_of(&with(bad));
+            assert_eq!(errors[0].0, "http.h2_stream_window", "{bad}: {errors:?}");
+        }
     }
 
     /// Sizes near u64::MAX are field errors, not an overflow (found by the config fuzzer).

@@ -106,6 +106,7 @@ pub fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders {
     http2
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.h2_max_concurrent_streams)
+        .initial_stream_window_size(settings.h2_stream_window)
         .keep_alive_interval(Some(settings.h2_keepalive_interval))
         .keep_alive_timeout(settings.h2_keepalive_timeout)
         .max_header_list_size(
