@@ -167,3 +167,85 @@ async fn a_source_over_its_rate_gets_429_with_retry_after() {
         .unwrap();
     assert_eq!(other.status(), 202);
 }
+
+/// Over HTTP/2 a shed answer ends its stream: the sender reads the 429, its Retry-After
+/// and its JSON, then the stream is reset with NO_ERROR instead of the edge reading on
+/// (it would otherwise wait up to 5 s for the rest), so the edge receives no more of a
+/// shed body than one stream window. The connection goes on: an admitted body four
+/// windows long is then stored through window updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_a_shed_stream_is_answered_then_reset_not_read_on() {
+    const WINDOW: usize = 16 * 1024;
+    let edge =
+        Edge::start("", ROUTES).with_section(&format!("http: {{ h2_stream_window: {WINDOW} }}\n"));
+    // The route's burst of 3, spent from this source (127.0.0.1) over HTTP/1.1.
+    let spender = client(&edge, false);
+    for i in 0..3 {
+        let spent = signed_github(
+            spender.post(edge.url("/hooks/limited")),
+            &format!("b-{i}"),
+            b"{}",
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(spent.status(), 202);
+    }
+    let (mut send, connection) = h2::client::handshake(h2_tls(&edge).await).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+
+    let body = vec![b'x'; 4 * WINDOW];
+    let signed = github_signature(GITHUB_SECRET, &body);
+    let post = |path: &str, delivery: &str| {
+        http::Request::post(format!("https://localhost{path}"))
+            .header("content-length", body.len().to_string())
+            .header("x-github-event", "push")
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", &signed)
+            .body(())
+            .unwrap()
+    };
+    send = send.ready().await.unwrap();
+    let (response, mut upload) = send
+        .send_request(post("/hooks/limited", "shed-1"), false)
+        .unwrap();
+    upload
+        .send_data(bytes::Bytes::copy_from_slice(&body[..WINDOW]), false)
+        .unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().contains_key("retry-after"));
+    let mut answer = response.into_body();
+    let mut text = Vec::new();
+    while let Some(data) = answer.data().await {
+        let data = data.unwrap();
+        let _ = answer.flow_control().release_capacity(data.len());
+        text.extend_from_slice(&data);
+    }
+    assert!(
+        String::from_utf8_lossy(&text).contains(r#""reason":"rate_limited""#),
+        "{}",
+        String::from_utf8_lossy(&text)
+    );
+    let reset = tokio::time::timeout(
+        Duration::from_secs(2),
+        std::future::poll_fn(|cx| upload.poll_reset(cx)),
+    )
+    .await
+    .expect("the stream is reset at once, not read on");
+    assert_eq!(reset.unwrap(), h2::Reason::NO_ERROR);
+
+    send = send.ready().await.unwrap();
+    let (response, mut upload) = send
+        .send_request(post("/hooks/github", "kept-1"), false)
+        .unwrap();
+    upload
+        .send_data(bytes::Bytes::from(body.clone()), true)
+        .unwrap();
+    assert_eq!(response.await.unwrap().status(), 202);
+    let stored =
+        edge.metric(r#"edge_requests_total{pop="test",route="hooks_github",status="202"}"#);
+    assert_eq!(stored, 1.0);
+}

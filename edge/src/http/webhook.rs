@@ -322,8 +322,13 @@ fn refused(
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, retry_after);
+    response.extensions_mut().insert(ShedAnswer);
     response
 }
+
+/// Marks an answer of admission control's (503, 429), for [`discard_rest`].
+#[derive(Clone, Copy)]
+struct ShedAnswer;
 
 /// Applies the route's 0-RTT policy to an early request: `Some` answer ends it (425).
 fn guard_early(app: &App, entry: &RouteEntry) -> Option<Response<ResponseBody>> {
@@ -393,15 +398,21 @@ async fn read_body(body: &mut RequestBody, limit: u64, rate: BodyRate) -> Result
 /// the background and bounded in bytes and time, so its stream (HTTP/2) or connection
 /// (HTTP/1.1) ends normally and the client reads the answer. Not worth it for a body
 /// declared larger than the bound (the client sees a reset), after a 408 (the sender is
-/// too slow: reading on would hold its connection for it), or when the HTTP/1.1 answer
-/// closes the connection anyway.
+/// too slow: reading on would hold its connection for it), when the HTTP/1.1 answer
+/// closes the connection anyway, or for a shed answer over HTTP/2: the stream ends with
+/// RST_STREAM(NO_ERROR) after the answer (RFC 9113, 8.1) rather than asking the sender
+/// for the rest of a body that will not be kept, because under overload those bytes,
+/// decrypted and framed, cost as much as the work admitted.
 fn discard_rest(mut body: RequestBody, version: http::Version, answer: &Response<ResponseBody>) {
+    let shed_h2 =
+        version == http::Version::HTTP_2 && answer.extensions().get::<ShedAnswer>().is_some();
     let closing = version != http::Version::HTTP_2
         && answer
             .headers()
             .get(header::CONNECTION)
             .is_some_and(|v| v == "close");
     if body.is_end_stream()
+        || shed_h2
         || body.size_hint().lower() > DISCARD_BYTES
         || answer.status() == StatusCode::REQUEST_TIMEOUT
         || closing
