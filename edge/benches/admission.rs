@@ -10,7 +10,7 @@
 //! on a connection and a thread of its own, which measures what shedding costs the edge rather than
 //! how long an answer waits behind 60 KiB uploads on a shared connection), peak RSS.
 //!
-//!     cargo bench -p edge --bench admission            (OVERLOAD_SECONDS=30, FACTOR=3)
+//!     cargo bench -p edge --bench admission   (OVERLOAD_SECONDS=30, FACTOR=3, H2_WINDOW=16KiB)
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -68,8 +68,9 @@ fn main() {
     };
     let rate = capacity * factor;
     println!(
-        "capacity (closed loop, {SENDERS} senders over {CONNECTIONS} HTTP/2 connections): {capacity:.0} req/s; unloaded p99 {:.1} ms; offering {rate:.0} req/s ({factor}x) for {seconds} s",
-        ms(unloaded_p99)
+        "capacity (closed loop, {SENDERS} senders over {CONNECTIONS} HTTP/2 connections): {capacity:.0} req/s; unloaded p99 {:.1} ms; offering {rate:.0} req/s ({factor}x) for {seconds} s; h2_stream_window {}",
+        ms(unloaded_p99),
+        h2_window()
     );
     println!(
         "| admission | offered | client CPU | high ok | default ok | low ok | admitted p99 | (x unloaded) | shed p99 | shed p99 (probe) | peak RSS |"
@@ -164,7 +165,8 @@ fn start(admission: bool) -> Edge {
         .map(|extra| format!(", {extra}"))
         .unwrap_or_default();
     let edge = Edge::start("", ROUTES).with_section(&format!(
-        "connections: {{ max: 60000, per_source: 60000, per_trusted_source: 60000 }}\nadmission: {{ enabled: {admission}{tuning} }}\n"
+        "connections: {{ max: 60000, per_source: 60000, per_trusted_source: 60000 }}\nadmission: {{ enabled: {admission}{tuning} }}\nhttp: {{ h2_stream_window: {} }}\n",
+        h2_window()
     ));
     let pinned = std::process::Command::new("taskset")
         .args(["-a", "-p", "-c", "0", &edge.pid().to_string()])
@@ -172,6 +174,12 @@ fn start(admission: bool) -> Edge {
         .unwrap();
     assert!(pinned.status.success(), "taskset: {pinned:?}");
     edge
+}
+
+/// `http.h2_stream_window` (H2_WINDOW, default 16KiB): the most of a shed body the edge
+/// receives, where the edge's default (1MiB) lets these 60 KiB bodies arrive whole.
+fn h2_window() -> String {
+    std::env::var("H2_WINDOW").unwrap_or_else(|_| "16KiB".to_owned())
 }
 
 fn pin_to_cpu(cpu: usize) {
