@@ -382,6 +382,23 @@ mod tests {
         }
     }
 
+    /// A limiter whose 10 slots are all taken at 0 ms.
+    fn busy() -> Limiter {
+        let mut l = Limiter::new(settings());
+        for _ in 0..10 {
+            assert_eq!(l.acquire(ms(0), Priority::High), Decision::Admitted);
+        }
+        l
+    }
+
+    /// Queues a request, which must not be admitted or shed.
+    fn queued(l: &mut Limiter, at: u64, priority: Priority) -> Ticket {
+        match l.acquire(ms(at), priority) {
+            Decision::Queued(t) => t,
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// Runs `rounds` of `concurrency` low-priority requests (shed, not queued, when no
     /// slot is free) that each work `work`; returns the clock after.
     fn steady(
@@ -547,15 +564,7 @@ mod tests {
 
     #[test]
     fn high_priority_waiters_are_served_before_the_others() {
-        let mut l = Limiter::new(settings());
-        for _ in 0..10 {
-            l.acquire(ms(0), Priority::High);
-        }
-        let queued =
-            |l: &mut Limiter, at: u64, priority: Priority| match l.acquire(ms(at), priority) {
-                Decision::Queued(t) => t,
-                other => panic!("{other:?}"),
-            };
+        let mut l = busy();
         let high_old = queued(&mut l, 1, Priority::High);
         let default_old = queued(&mut l, 2, Priority::Default);
         let high_new = queued(&mut l, 3, Priority::High);
@@ -589,15 +598,7 @@ mod tests {
 
     #[test]
     fn while_overloaded_default_waiters_past_twice_the_target_are_shed_and_high_ones_wait() {
-        let mut l = Limiter::new(settings());
-        for _ in 0..10 {
-            l.acquire(ms(0), Priority::High);
-        }
-        let queued =
-            |l: &mut Limiter, at: u64, priority: Priority| match l.acquire(ms(at), priority) {
-                Decision::Queued(t) => t,
-                other => panic!("{other:?}"),
-            };
+        let mut l = busy();
         let high = queued(&mut l, 0, Priority::High);
         // The first interval ends with a wait of 0 (the admissions at 0 ms): no overload.
         let default_old = queued(&mut l, 101, Priority::Default);
