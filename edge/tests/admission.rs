@@ -211,9 +211,8 @@ async fn over_http2_a_shed_stream_is_answered_then_reset_not_read_on() {
     let (response, mut upload) = send
         .send_request(post("/hooks/limited", "shed-1"), false)
         .unwrap();
-    upload
-        .send_data(bytes::Bytes::copy_from_slice(&body[..WINDOW]), false)
-        .unwrap();
+    // The edge may have answered and reset the stream already: then this send fails.
+    let _ = upload.send_data(bytes::Bytes::copy_from_slice(&body[..WINDOW]), false);
     let response = response.await.unwrap();
     assert_eq!(response.status(), 429);
     assert!(response.headers().contains_key("retry-after"));
