@@ -32,6 +32,25 @@ async fn kill_9_midway(preallocate: bool) {
     let ack_count = Arc::new(AtomicUsize::new(0));
     let permits = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
     let url = edge.url("/hooks/github");
+    if preallocate {
+        // The first segment is a plain one; appends move onto the spare once it is
+        // written, which a slow disk can make take longer than the load below.
+        let rolled = r#"edge_spool_rolls_total{pop="test",reason="preallocated"}"#;
+        for n in 0..200 {
+            if edge.metric(rolled) >= 1.0 {
+                break;
+            }
+            let delivery = format!("warm-{n}");
+            let _ = signed_github(client.post(&url), &delivery, b"{}")
+                .send()
+                .await;
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert!(
+            edge.metric(rolled) >= 1.0,
+            "appends moved onto a preallocated segment"
+        );
+    }
 
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..EVENTS {
