@@ -619,13 +619,8 @@ mod tests {
 
     #[test]
     fn without_overload_a_long_wait_is_not_shed_before_max_wait() {
-        let mut l = Limiter::new(settings());
-        for _ in 0..10 {
-            l.acquire(ms(0), Priority::High);
-        }
-        let Decision::Queued(waiter) = l.acquire(ms(99), Priority::Default) else {
-            panic!()
-        };
+        let mut l = busy();
+        let waiter = queued(&mut l, 99, Priority::Default);
         // 99 ms of the first interval passed with an empty queue: not overloaded, and the
         // 40 ms wait is a burst's, not a standing queue's.
         let released = l.release(ms(139), None);

@@ -199,25 +199,30 @@ impl Admission {
             }
             Ok(Ok(Err(reason))) => {
                 queued.ticket = None;
-                self.metrics.shed(priority, reason.as_str());
-                self.metrics
-                    .queue_delay
-                    .observe(started.elapsed().as_secs_f64());
-                Err(reason)
+                Err(self.shed_after_waiting(priority, reason, started.elapsed()))
             }
             _ => {
                 let ticket = queued.ticket.take().expect("still queued");
                 if queued.admission.cancel(ticket) {
-                    self.metrics
-                        .shed(priority, ShedReason::WaitExpired.as_str());
-                    self.metrics.queue_delay.observe(max_wait.as_secs_f64());
-                    Err(ShedReason::WaitExpired)
+                    Err(self.shed_after_waiting(priority, ShedReason::WaitExpired, max_wait))
                 } else {
                     // Granted just as the wait ran out: take the slot.
                     Ok(self.admitted(started))
                 }
             }
         }
+    }
+
+    /// Counts a request shed from the queue after `waited`.
+    fn shed_after_waiting(
+        &self,
+        priority: Priority,
+        reason: ShedReason,
+        waited: Duration,
+    ) -> ShedReason {
+        self.metrics.shed(priority, reason.as_str());
+        self.metrics.queue_delay.observe(waited.as_secs_f64());
+        reason
     }
 
     fn admitted(self: &Arc<Self>, started: Instant) -> Permit {
@@ -252,7 +257,7 @@ impl Admission {
         let released = state.limiter.release(self.now(), work);
         // A granted slot belongs to its waiter from now on, delivered or not: a waiter
         // that is gone gives it back through its TicketGuard.
-        let answers = (released.granted.into_iter().map(|t| (t, Ok(())))).chain(
+        let answers = released.granted.into_iter().map(|t| (t, Ok(()))).chain(
             released
                 .shed
                 .into_iter()
