@@ -7,8 +7,9 @@
 //!
 //! One task owns the file (`shed-ledger.jsonl` in the spool directory, one JSON object a
 //! line): it appends what the request path hands it (never waiting on it: a full hand-off
-//! drops the entry and counts it), and ships new lines to the origin through the backhaul
-//! from an offset kept in `shed-ledger.offset`. The file is bounded: once everything in
+//! drops the entry and counts it), as one write for all that has arrived, since a flood
+//! of refusals is when entries come fastest; and ships new lines to the origin through
+//! the backhaul, many in flight at once, from an offset kept in `shed-ledger.offset`. The file is bounded: once everything in
 //! it has been shipped and it is over its size, it starts afresh; while unshipped lines
 //! fill it, new entries are dropped and counted. Best effort by design: no fsync, since
 //! these are hints for reconciliation, not events.
@@ -18,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 /// Where the ledger's lines go: the backhaul's sink to the origin.
@@ -64,6 +64,7 @@ impl Ledger {
             max_bytes,
             shipper,
             dropped: dropped.clone(),
+            shipped: None,
         };
         tokio::spawn(task.run(incoming));
         Ledger { entries, dropped }
@@ -95,69 +96,135 @@ struct Keeper<S> {
     max_bytes: u64,
     shipper: Option<Arc<S>>,
     dropped: Counter,
+    /// How far the file has been shipped; read from `offset_file` on first use.
+    shipped: Option<u64>,
 }
 
 impl<S: ShedShipper> Keeper<S> {
-    async fn run(self, mut incoming: mpsc::Receiver<ShedEntry>) {
+    /// Appends whatever has arrived in one write, then ships a chunk. While the origin
+    /// takes the backlog, ships on at once instead of waiting for the retry tick.
+    async fn run(mut self, mut incoming: mpsc::Receiver<ShedEntry>) {
+        let mut batch = Vec::with_capacity(BATCH);
         let mut retry = tokio::time::interval(SHIP_RETRY);
+        let mut backlog = false;
         loop {
             tokio::select! {
-                entry = incoming.recv() => match entry {
-                    Some(entry) => self.append(&entry).await,
-                    None => return,
-                },
+                biased;
+                received = incoming.recv_many(&mut batch, BATCH) => {
+                    if received == 0 {
+                        return;
+                    }
+                    self.append(&mut batch).await;
+                }
                 _ = retry.tick() => {}
+                () = std::future::ready(()), if backlog => {}
             }
-            self.ship().await;
+            backlog = self.ship().await;
         }
     }
 
-    async fn append(&self, entry: &ShedEntry) {
-        let len = tokio::fs::metadata(&self.file).await.map_or(0, |m| m.len());
-        if len >= self.max_bytes {
-            self.dropped.inc();
-            return;
+    /// Writes the entries that find the file under its bound in one write; counts the rest
+    /// dropped.
+    async fn append(&self, batch: &mut Vec<ShedEntry>) {
+        let mut lines = Vec::new();
+        let mut ends = Vec::with_capacity(batch.len());
+        for entry in batch.drain(..) {
+            serde_json::to_writer(&mut lines, &entry).expect("a ledger entry serializes");
+            lines.push(b'\n');
+            ends.push(lines.len() as u64);
         }
-        let mut line = serde_json::to_vec(entry).expect("a ledger entry serializes");
-        line.push(b'\n');
-        let written = async {
-            let mut file = tokio::fs::OpenOptions::new()
+        let entries = ends.len() as u64;
+        let (file, max_bytes) = (self.file.clone(), self.max_bytes);
+        let kept = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(&self.file)
-                .await?;
-            file.write_all(&line).await
-        };
-        if written.await.is_err() {
-            self.dropped.inc();
-        }
+                .open(file)?;
+            // Entries are kept while the file is under its bound, so the last may cross
+            // it: a full file is what starts it afresh once shipped.
+            let room = max_bytes.saturating_sub(file.metadata()?.len());
+            let kept = match room {
+                0 => 0,
+                _ => (ends.partition_point(|&end| end < room) + 1).min(ends.len()),
+            };
+            let bytes = kept.checked_sub(1).map_or(0, |last| ends[last]);
+            file.write_all(&lines[..bytes as usize])?;
+            Ok(kept as u64)
+        })
+        .await;
+        self.dropped
+            .inc_by(entries - kept.ok().and_then(Result::ok).unwrap_or(0));
     }
 
-    /// Publishes every line past the shipped offset; starts the file afresh once all is
-    /// shipped and it is over its size.
-    async fn ship(&self) {
+    /// Ships the next chunk of lines past the shipped offset, several in flight at once,
+    /// and moves the offset past those the origin took; starts the file afresh once all
+    /// is shipped and it is over its size. True: lines are left, and the origin is up.
+    async fn ship(&mut self) -> bool {
+        use futures::StreamExt;
         let Some(shipper) = &self.shipper else {
-            return;
+            return false;
         };
-        let Ok(text) = tokio::fs::read(&self.file).await else {
-            return;
+        let from = match self.shipped {
+            Some(offset) => offset,
+            None => read_offset(&self.offset_file).await,
         };
-        let mut offset = read_offset(&self.offset_file).await.min(text.len() as u64);
-        for line in text[offset as usize..].split_inclusive(|&b| b == b'\n') {
-            if !line.ends_with(b"\n") {
+        let file = self.file.clone();
+        let read = tokio::task::spawn_blocking(move || -> std::io::Result<(Vec<u8>, u64)> {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::File::open(file)?;
+            let len = file.metadata()?.len();
+            let from = from.min(len);
+            let mut chunk = vec![0; (len - from).min(SHIP_CHUNK) as usize];
+            file.read_exact_at(&mut chunk, from)?;
+            Ok((chunk, len))
+        })
+        .await;
+        let Ok(Ok((chunk, len))) = read else {
+            return false;
+        };
+        let mut offset = from.min(len);
+        let complete = chunk.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let chunk = bytes::Bytes::from(chunk).slice(..complete);
+        let mut start = offset;
+        let lines: Vec<(u64, bytes::Bytes)> = chunk
+            .split_inclusive(|&b| b == b'\n')
+            .map(|line| {
+                let at = start;
+                start += line.len() as u64;
+                (at, chunk.slice_ref(line))
+            })
+            .collect();
+        let sizes: Vec<u64> = lines.iter().map(|(_, line)| line.len() as u64).collect();
+        let shipper = Arc::clone(shipper);
+        let mut shipped = futures::stream::iter(lines)
+            .map(move |(at, line)| {
+                let shipper = Arc::clone(&shipper);
+                async move {
+                    let id = format!("shed-{at}-{}", crc32c::crc32c(&line));
+                    shipper.ship(line.trim_ascii_end(), &id).await
+                }
+            })
+            .buffered(SHIP_IN_FLIGHT);
+        let mut origin_up = true;
+        for size in sizes {
+            if shipped.next().await != Some(true) {
+                origin_up = false;
                 break;
             }
-            let id = format!("shed-{offset}-{}", crc32c::crc32c(line));
-            if !shipper.ship(line.trim_ascii_end(), &id).await {
-                break;
-            }
-            offset += line.len() as u64;
+            offset += size;
+        }
+        drop(shipped);
+        if Some(offset) != self.shipped {
             let _ = tokio::fs::write(&self.offset_file, offset.to_string()).await;
         }
-        if offset == text.len() as u64 && offset >= self.max_bytes {
+        self.shipped = Some(offset);
+        if offset == len && offset >= self.max_bytes {
             let _ = tokio::fs::write(&self.file, b"").await;
             let _ = tokio::fs::write(&self.offset_file, b"0").await;
+            self.shipped = Some(0);
         }
+        origin_up && offset < len
     }
 }
 
@@ -173,6 +240,12 @@ const FILE_NAME: &str = "shed-ledger.jsonl";
 const OFFSET_NAME: &str = "shed-ledger.offset";
 /// Entries in flight from the request path to the task.
 const HAND_OFF: usize = 4096;
+/// Entries the task appends in one write, at most.
+const BATCH: usize = 1024;
+/// Bytes of the file read for one round of shipping, at most.
+const SHIP_CHUNK: u64 = 256 << 10;
+/// Lines published at once, each awaiting the origin's acknowledgement.
+const SHIP_IN_FLIGHT: usize = 64;
 /// How often unshipped lines are tried again while the origin is away.
 const SHIP_RETRY: Duration = Duration::from_secs(2);
 
@@ -199,6 +272,147 @@ mod tests {
         async fn ship(&self, _entry: &[u8], _id: &str) -> bool {
             false
         }
+    }
+
+    /// An origin that takes a line after a millisecond while `up`, and keeps what it took.
+    #[derive(Default)]
+    struct Origin {
+        up: std::sync::atomic::AtomicBool,
+        taken: std::sync::Mutex<Vec<(String, ShedEntry)>>,
+        in_flight: std::sync::atomic::AtomicUsize,
+        most_in_flight: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Origin {
+        fn up() -> Arc<Origin> {
+            let origin = Arc::new(Origin::default());
+            origin.up.store(true, SeqCst);
+            origin
+        }
+
+        fn claimed_ids(&self) -> Vec<String> {
+            let taken = self.taken.lock().unwrap();
+            taken.iter().map(|(_, e)| e.claimed_id.clone()).collect()
+        }
+
+        async fn wait_for(&self, lines: usize) {
+            for _ in 0..500 {
+                if self.taken.lock().unwrap().len() >= lines {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    impl ShedShipper for Origin {
+        async fn ship(&self, entry: &[u8], id: &str) -> bool {
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            if !self.up.load(SeqCst) {
+                return false;
+            }
+            let entry = serde_json::from_slice(entry).expect("a shipped line is one entry");
+            self.taken.lock().unwrap().push((id.to_owned(), entry));
+            true
+        }
+    }
+
+    use std::sync::atomic::Ordering::SeqCst;
+
+    fn ids(range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|i| format!("d-{i}")).collect()
+    }
+
+    #[tokio::test]
+    async fn a_flood_is_kept_and_shipped_once_in_order_with_many_lines_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, dropped) = (Origin::up(), Counter::default());
+        let ledger = Ledger::start(dir.path(), 16 << 20, Some(origin.clone()), dropped.clone());
+        for i in 0..3000 {
+            ledger.record(entry(&format!("d-{i}")));
+        }
+        origin.wait_for(3000).await;
+        assert_eq!(dropped.get(), 0);
+        assert_eq!(origin.claimed_ids(), ids(0..3000));
+        let shipped_ids: std::collections::HashSet<String> = origin
+            .taken
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(shipped_ids.len(), 3000, "a message id repeats");
+        assert!(origin.most_in_flight.load(SeqCst) > 1, "one line at a time");
+        assert_eq!(read(dir.path()).unwrap().len(), 3000);
+        let file_len = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len();
+        let offset = std::fs::read_to_string(dir.path().join(OFFSET_NAME)).unwrap();
+        assert_eq!(offset, file_len.to_string());
+    }
+
+    #[tokio::test]
+    async fn what_the_origin_refused_is_shipped_when_it_is_back_and_not_again_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let origin = Arc::new(Origin::default());
+        let ledger = Ledger::start(
+            dir.path(),
+            16 << 20,
+            Some(origin.clone()),
+            Counter::default(),
+        );
+        for i in 0..100 {
+            ledger.record(entry(&format!("d-{i}")));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(origin.claimed_ids().is_empty());
+        assert_eq!(read(dir.path()).unwrap().len(), 100);
+        origin.up.store(true, SeqCst);
+        origin.wait_for(100).await;
+        assert_eq!(origin.claimed_ids(), ids(0..100));
+        drop(ledger);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        let after_restart = Origin::up();
+        let ledger = Ledger::start(
+            dir.path(),
+            16 << 20,
+            Some(after_restart.clone()),
+            Counter::default(),
+        );
+        for i in 100..110 {
+            ledger.record(entry(&format!("d-{i}")));
+        }
+        after_restart.wait_for(10).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(after_restart.claimed_ids(), ids(100..110));
+    }
+
+    #[tokio::test]
+    async fn a_shipped_file_over_its_bound_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let (origin, dropped) = (Origin::up(), Counter::default());
+        let ledger = Ledger::start(dir.path(), 1000, Some(origin.clone()), dropped.clone());
+        for i in 0..40 {
+            ledger.record(entry(&format!("d-{i}")));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        origin.wait_for(40 - dropped.get() as usize).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let taken = origin.claimed_ids();
+        assert!(
+            taken.len() > 10,
+            "the file was not started afresh: {taken:?}"
+        );
+        assert_eq!(taken.len() as u64 + dropped.get(), 40);
+        let mut in_order = taken.clone();
+        in_order.sort_by_key(|id| id[2..].parse::<u32>().unwrap());
+        in_order.dedup();
+        assert_eq!(taken, in_order, "out of order or twice");
+        let one_entry = serde_json::to_vec(&entry("d-40")).unwrap().len() as u64 + 1;
+        let file_len = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len();
+        assert!(file_len < 1000 + one_entry, "{file_len} bytes");
     }
 
     #[tokio::test]
