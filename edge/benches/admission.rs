@@ -141,7 +141,7 @@ fn main() {
         let shed: Vec<String> = edge
             .metrics()
             .lines()
-            .filter(|l| l.starts_with("webhook_ingress_shed_total"))
+            .filter(|l| l.starts_with("webhook_ingress_shed_") && !l.contains("ledger"))
             .map(str::to_owned)
             .collect();
         eprintln!(

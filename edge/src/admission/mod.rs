@@ -156,7 +156,7 @@ impl Admission {
             Entry::Admitted => Ok(self.admitted(started)),
             Entry::Queued(ticket, granted) => self.wait(ticket, granted, priority, started).await,
             Entry::Shed(reason) => {
-                self.metrics.shed(priority, reason.as_str());
+                self.metrics.shed_after_body(priority, reason);
                 Err(reason)
             }
         }
@@ -220,7 +220,7 @@ impl Admission {
         reason: ShedReason,
         waited: Duration,
     ) -> ShedReason {
-        self.metrics.shed(priority, reason.as_str());
+        self.metrics.shed_after_body(priority, reason);
         self.metrics.queue_delay.observe(waited.as_secs_f64());
         reason
     }
@@ -341,6 +341,11 @@ struct ShedLabel {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PriorityLabel {
+    priority: &'static str,
+}
+
 /// The admission metrics, under the names the ingress literature uses
 /// (`webhook_ingress_*`). Clones share the same series.
 #[derive(Clone, Debug)]
@@ -348,6 +353,7 @@ pub struct AdmissionMetrics {
     limit: Gauge,
     inflight: Gauge,
     shed: Family<ShedLabel, Counter>,
+    shed_after_body: Family<PriorityLabel, Counter>,
     queue_delay: Histogram,
     overloaded: Gauge,
     /// Shed-ledger entries lost (hand-off full, file full of unshipped lines, write error).
@@ -360,6 +366,7 @@ impl Default for AdmissionMetrics {
             limit: Gauge::default(),
             inflight: Gauge::default(),
             shed: Family::default(),
+            shed_after_body: Family::default(),
             // 0.25 ms to about 4 s.
             queue_delay: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
             overloaded: Gauge::default(),
@@ -387,6 +394,11 @@ impl AdmissionMetrics {
             self.shed.clone(),
         );
         ingress.register(
+            "shed_after_body",
+            "Of those, refused only after their body was read (no slot then, or shed from the queue): bytes received for nothing",
+            self.shed_after_body.clone(),
+        );
+        ingress.register(
             "queue_delay_seconds",
             "Time spent waiting for a slot",
             self.queue_delay.clone(),
@@ -408,6 +420,16 @@ impl AdmissionMetrics {
             .get_or_create(&ShedLabel {
                 priority: priority.as_str(),
                 reason,
+            })
+            .inc();
+    }
+
+    /// A shed decided by [`Admission::acquire`], which runs once the body is in.
+    fn shed_after_body(&self, priority: Priority, reason: ShedReason) {
+        self.shed(priority, reason.as_str());
+        self.shed_after_body
+            .get_or_create(&PriorityLabel {
+                priority: priority.as_str(),
             })
             .inc();
     }
@@ -487,6 +509,7 @@ mod tests {
         let shed = admission.acquire(Priority::High).await.err();
         assert_eq!(shed, Some(ShedReason::WaitExpired));
         assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(shed_after_body(&admission, Priority::High), 1);
     }
 
     #[tokio::test]
@@ -523,6 +546,8 @@ mod tests {
             "not at max_wait"
         );
         assert_eq!(high.await.unwrap(), Ok(()));
+        assert_eq!(shed_after_body(&admission, Priority::Default), 1);
+        assert_eq!(shed_after_body(&admission, Priority::High), 0);
     }
 
     #[test]
@@ -556,5 +581,21 @@ mod tests {
                 Ok(())
             );
         }
+        assert_eq!(
+            shed_after_body(&admission, Priority::High),
+            0,
+            "refused before the body"
+        );
+    }
+
+    fn shed_after_body(admission: &Admission, priority: Priority) -> u64 {
+        let label = PriorityLabel {
+            priority: priority.as_str(),
+        };
+        admission
+            .metrics
+            .shed_after_body
+            .get_or_create(&label)
+            .get()
     }
 }
