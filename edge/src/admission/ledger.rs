@@ -326,6 +326,15 @@ mod tests {
         range.map(|i| format!("d-{i}")).collect()
     }
 
+    /// A ledger over `dir` shipping to `origin`, handed the entries `d-N` of `range`.
+    fn record_into(dir: &Path, origin: &Arc<Origin>, range: std::ops::Range<usize>) -> Ledger {
+        let ledger = Ledger::start(dir, 16 << 20, Some(origin.clone()), Counter::default());
+        for id in ids(range) {
+            ledger.record(entry(&id));
+        }
+        ledger
+    }
+
     #[tokio::test]
     async fn a_flood_is_kept_and_shipped_once_in_order_with_many_lines_in_flight() {
         let dir = tempfile::tempdir().unwrap();
@@ -356,15 +365,7 @@ mod tests {
     async fn what_the_origin_refused_is_shipped_when_it_is_back_and_not_again_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let origin = Arc::new(Origin::default());
-        let ledger = Ledger::start(
-            dir.path(),
-            16 << 20,
-            Some(origin.clone()),
-            Counter::default(),
-        );
-        for i in 0..100 {
-            ledger.record(entry(&format!("d-{i}")));
-        }
+        let ledger = record_into(dir.path(), &origin, 0..100);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(origin.claimed_ids().is_empty());
         assert_eq!(read(dir.path()).unwrap().len(), 100);
@@ -375,15 +376,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
 
         let after_restart = Origin::up();
-        let ledger = Ledger::start(
-            dir.path(),
-            16 << 20,
-            Some(after_restart.clone()),
-            Counter::default(),
-        );
-        for i in 100..110 {
-            ledger.record(entry(&format!("d-{i}")));
-        }
+        let _ledger = record_into(dir.path(), &after_restart, 100..110);
         after_restart.wait_for(10).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(after_restart.claimed_ids(), ids(100..110));
