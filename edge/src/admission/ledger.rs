@@ -9,9 +9,9 @@
 //! line): it appends what the request path hands it (never waiting on it: a full hand-off
 //! drops the entry and counts it), as one write for all that has arrived, since a flood
 //! of refusals is when entries come fastest; and ships new lines to the origin through
-//! the backhaul, many in flight at once, from an offset kept in `shed-ledger.offset`. The file is bounded: once everything in
-//! it has been shipped and it is over its size, it starts afresh; while unshipped lines
-//! fill it, new entries are dropped and counted. Best effort by design: no fsync, since
+//! the backhaul, many in flight at once, from an offset kept in `shed-ledger.offset`.
+//! The file is bounded: once everything in it has been shipped and it is over its size,
+//! it starts afresh; while unshipped lines fill it, new entries are dropped and counted. Best effort by design: no fsync, since
 //! these are hints for reconciliation, not events.
 
 use std::path::{Path, PathBuf};
