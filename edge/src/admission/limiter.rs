@@ -18,8 +18,16 @@
 //!   `max_wait`, and the few that got a slot late would be every admitted request's tail.
 //! - **Priorities**: `High` is shed only when the queue is full, `Default` also while
 //!   overloaded, `Low` whenever no slot is free.
+//! - **Requests reading their bodies want slots too.** A request let in at its head
+//!   counts as `reading` until its body is in: its claim is held against the free slots
+//!   (else every head that arrives while one slot is free reads its body, and all but one
+//!   are shed after it), and a default-priority head is shed when a limit's worth of
+//!   requests already read bodies or wait (else, between two overload intervals, heads
+//!   pile in faster than slots free up and are shed once their bodies were paid for).
+//!   A claim older than `max_wait` stops counting: that body is a slow upload, and slow
+//!   uploaders must not be able to crowd out other senders' heads.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 /// A point in time, as a duration since an origin the caller fixes.
@@ -91,6 +99,9 @@ pub enum ShedReason {
     WaitExpired,
     /// The spool is filling: lower priorities are shed first.
     SpoolPressure,
+    /// A default-priority head found a limit's worth of requests already reading their
+    /// bodies or waiting for a slot.
+    Backlog,
 }
 
 impl ShedReason {
@@ -101,6 +112,7 @@ impl ShedReason {
             ShedReason::QueueFull => "queue_full",
             ShedReason::WaitExpired => "wait_expired",
             ShedReason::SpoolPressure => "spool_pressure",
+            ShedReason::Backlog => "backlog",
         }
     }
 }
@@ -130,6 +142,10 @@ pub struct Limiter {
     settings: Settings,
     limit: f64,
     inflight: usize,
+    /// Requests let in at their head whose bodies are still being read, by claim, with
+    /// when they were let in (claims are numbered in time order).
+    reading: BTreeMap<Ticket, Time>,
+    next_claim: Ticket,
     queue: VecDeque<Waiter>,
     next_ticket: Ticket,
     fast_rtt: Option<f64>,
@@ -156,6 +172,8 @@ impl Limiter {
             interval_end: settings.interval,
             settings,
             inflight: 0,
+            reading: BTreeMap::new(),
+            next_claim: 0,
             queue: VecDeque::new(),
             next_ticket: 0,
             fast_rtt: None,
@@ -167,14 +185,30 @@ impl Limiter {
         }
     }
 
-    /// Would a request of `priority` be shed right now? Asked before reading a body, so
-    /// shedding costs nothing; [`Limiter::acquire`] applies the same rules.
-    pub fn shed_now(&mut self, now: Time, priority: Priority) -> Option<ShedReason> {
+    /// Asked before reading a body, so shedding costs no body bytes: the rules of
+    /// [`Limiter::acquire`], with the requests already reading bodies counted as wanting
+    /// slots. `Ok` lets the request read its body: its claim counts as reading until
+    /// [`Limiter::body_read`], or for `max_wait` at most.
+    pub fn head(&mut self, now: Time, priority: Priority) -> Result<Ticket, ShedReason> {
         self.roll_interval(now);
-        if self.slot_free() {
-            return None;
+        let max_wait = self.settings.max_wait;
+        while let Some(entry) = self.reading.first_entry()
+            && now.saturating_sub(*entry.get()) >= max_wait
+        {
+            entry.remove();
         }
-        self.queue_rule(priority)
+        if let Some(reason) = self.head_rule(priority) {
+            return Err(reason);
+        }
+        let claim = self.next_claim;
+        self.next_claim += 1;
+        self.reading.insert(claim, now);
+        Ok(claim)
+    }
+
+    /// The request let in by [`Limiter::head`] with `claim` has its body, or gave up.
+    pub fn body_read(&mut self, claim: Ticket) {
+        self.reading.remove(&claim);
     }
 
     pub fn acquire(&mut self, now: Time, priority: Priority) -> Decision {
@@ -249,6 +283,10 @@ impl Limiter {
         self.inflight
     }
 
+    pub fn reading(&self) -> usize {
+        self.reading.len()
+    }
+
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
@@ -263,6 +301,17 @@ impl Limiter {
 
     fn slot_free(&self) -> bool {
         self.inflight < self.limit() && self.queue.is_empty()
+    }
+
+    /// At a head: free slots are those neither held nor claimed by a body being read.
+    fn head_rule(&self, priority: Priority) -> Option<ShedReason> {
+        if self.inflight + self.reading.len() < self.limit() && self.queue.is_empty() {
+            return None;
+        }
+        self.queue_rule(priority).or_else(|| {
+            let backlog = self.reading.len() + self.queue.len() >= self.limit();
+            (priority == Priority::Default && backlog).then_some(ShedReason::Backlog)
+        })
     }
 
     /// With no slot free: shed by priority, or `None` to queue.
@@ -508,15 +557,66 @@ mod tests {
             l.overloaded(),
             "min wait stayed above 5 ms for whole intervals"
         );
-        assert_eq!(
-            l.shed_now(now, Priority::Default),
-            Some(ShedReason::Overloaded)
-        );
+        assert_eq!(l.head(now, Priority::Default), Err(ShedReason::Overloaded));
         assert_eq!(
             l.acquire(now, Priority::Default),
             Decision::Shed(ShedReason::Overloaded)
         );
-        assert_eq!(l.shed_now(now, Priority::High), None);
+        assert!(l.head(now, Priority::High).is_ok());
+    }
+
+    #[test]
+    fn a_body_being_read_claims_a_free_slot_until_it_is_in_or_max_wait_passed() {
+        let mut l = Limiter::new(settings());
+        for _ in 0..9 {
+            assert_eq!(l.acquire(ms(0), Priority::High), Decision::Admitted);
+        }
+        let last = l.head(ms(1), Priority::Low).expect("the last free slot");
+        assert_eq!(
+            l.head(ms(1), Priority::Low),
+            Err(ShedReason::NoSlot),
+            "claimed by the body being read"
+        );
+        let high = l.head(ms(1), Priority::High).expect("high may queue");
+        assert_eq!(l.reading(), 2);
+        l.body_read(last);
+        assert_eq!(l.acquire(ms(2), Priority::Low), Decision::Admitted);
+        l.body_read(high);
+        assert_eq!(l.reading(), 0);
+        assert_eq!(l.head(ms(3), Priority::Low), Err(ShedReason::NoSlot));
+
+        l.release(ms(4), None);
+        let slow = l.head(ms(5), Priority::Low).expect("a slot was released");
+        assert_eq!(l.head(ms(504), Priority::Low), Err(ShedReason::NoSlot));
+        assert!(
+            l.head(ms(505), Priority::Low).is_ok(),
+            "a body slower than max_wait no longer claims the slot"
+        );
+        l.body_read(slow);
+    }
+
+    #[test]
+    fn a_default_head_is_shed_behind_a_limit_of_bodies_and_waiters_but_not_a_high_one() {
+        let mut l = busy();
+        for t in 0..3 {
+            queued(&mut l, 1 + t, Priority::High);
+        }
+        let claims: Vec<Ticket> = (0..7)
+            .map(|_| l.head(ms(4), Priority::High).unwrap())
+            .collect();
+        assert!(!l.overloaded());
+        assert_eq!(
+            l.head(ms(4), Priority::Default),
+            Err(ShedReason::Backlog),
+            "3 waiting and 7 reading: a limit's worth ahead of it"
+        );
+        assert!(l.head(ms(4), Priority::High).is_ok());
+        l.body_read(claims[0]);
+        l.body_read(claims[1]);
+        assert!(
+            l.head(ms(4), Priority::Default).is_ok(),
+            "9 ahead: it may queue"
+        );
     }
 
     #[test]

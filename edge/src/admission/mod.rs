@@ -68,6 +68,12 @@ struct State {
     rates: RateLimits<Arc<str>>,
 }
 
+/// A request let in at its head, reading its body: it counts against the free slots
+/// until dropped.
+pub struct BodyClaim {
+    admission: Option<(Arc<Admission>, Ticket)>,
+}
+
 /// A concurrency slot, given back when dropped. Call [`Permit::worked`] once the
 /// request did the work the limit is about (stored an event), so its time feeds the
 /// adaptive limit; a request that ended early says nothing about capacity.
@@ -105,17 +111,19 @@ impl Admission {
         }
     }
 
-    /// Before the body: `Err` refuses the request now.
+    /// Before the body: `Err` refuses the request now. The claim stands for the slot
+    /// the request will want once its body is in; drop it then, before
+    /// [`Admission::acquire`], or when the body fails.
     pub fn check(
-        &self,
+        self: &Arc<Self>,
         route: &Arc<str>,
         priority: Priority,
         rate: Option<Rate>,
         source: IpAddr,
         spool_fill: f64,
-    ) -> Result<(), Refusal> {
+    ) -> Result<BodyClaim, Refusal> {
         if !self.settings.enabled {
-            return Ok(());
+            return Ok(BodyClaim { admission: None });
         }
         let now = self.now();
         let mut state = self.state.lock().expect("admission state");
@@ -131,18 +139,22 @@ impl Admission {
             self.metrics.shed(priority, "rate_limited");
             return Err(Refusal::RateLimited(wait));
         }
-        let shed = spool_pressure(&self.settings, priority, spool_fill)
-            .or_else(|| state.limiter.shed_now(now, priority));
+        let head = match spool_pressure(&self.settings, priority, spool_fill) {
+            Some(reason) => Err(reason),
+            None => state.limiter.head(now, priority),
+        };
         self.metrics
             .overloaded
             .set(state.limiter.overloaded() as i64);
         drop(state);
-        match shed {
-            Some(reason) => {
+        match head {
+            Ok(claim) => Ok(BodyClaim {
+                admission: Some((Arc::clone(self), claim)),
+            }),
+            Err(reason) => {
                 self.metrics.shed(priority, reason.as_str());
                 Err(Refusal::Shed(reason))
             }
-            None => Ok(()),
         }
     }
 
@@ -288,6 +300,15 @@ impl Admission {
 impl Permit {
     pub fn worked(&mut self) {
         self.worked = true;
+    }
+}
+
+impl Drop for BodyClaim {
+    fn drop(&mut self) {
+        if let Some((admission, claim)) = &self.admission {
+            let mut state = admission.state.lock().expect("admission state");
+            state.limiter.body_read(*claim);
+        }
     }
 }
 
@@ -534,9 +555,10 @@ mod tests {
         let route: Arc<str> = Arc::from("r");
         let source: IpAddr = "198.51.100.7".parse().unwrap();
         tokio::time::sleep(Duration::from_millis(120)).await;
-        assert_eq!(
-            admission.check(&route, Priority::High, None, source, 0.0),
-            Ok(())
+        assert!(
+            admission
+                .check(&route, Priority::High, None, source, 0.0)
+                .is_ok()
         );
         tokio::time::sleep(Duration::from_millis(130)).await;
         held.pop();
@@ -550,6 +572,26 @@ mod tests {
         assert_eq!(shed_after_body(&admission, Priority::High), 0);
     }
 
+    #[tokio::test]
+    async fn a_body_claim_holds_a_free_slot_until_dropped() {
+        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
+        let route: Arc<str> = Arc::from("r");
+        let source: IpAddr = "198.51.100.7".parse().unwrap();
+        let low =
+            |admission: &Arc<Admission>| admission.check(&route, Priority::Low, None, source, 0.0);
+        let _held = admission.acquire(Priority::High).await.unwrap();
+        let claim = low(&admission).expect("one slot free");
+        assert!(matches!(
+            low(&admission),
+            Err(Refusal::Shed(ShedReason::NoSlot))
+        ));
+        drop(claim);
+        assert!(
+            low(&admission).is_ok(),
+            "the dropped claim gave the slot back"
+        );
+    }
+
     #[test]
     fn rate_limits_spare_trusted_sources_and_off_admits_everything() {
         let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
@@ -560,25 +602,27 @@ mod tests {
         });
         let outsider: IpAddr = "198.51.100.7".parse().unwrap();
         let trusted: IpAddr = "192.0.2.7".parse().unwrap();
-        assert_eq!(
-            admission.check(&route, Priority::High, rate, outsider, 0.0),
-            Ok(())
+        assert!(
+            admission
+                .check(&route, Priority::High, rate, outsider, 0.0)
+                .is_ok()
         );
         assert!(matches!(
             admission.check(&route, Priority::High, rate, outsider, 0.0),
             Err(Refusal::RateLimited(_))
         ));
         for _ in 0..5 {
-            assert_eq!(
-                admission.check(&route, Priority::High, rate, trusted, 0.0),
-                Ok(())
+            assert!(
+                admission
+                    .check(&route, Priority::High, rate, trusted, 0.0)
+                    .is_ok()
             );
         }
         let off = Admission::new(settings(false), AdmissionMetrics::default(), None);
         for _ in 0..5 {
-            assert_eq!(
-                off.check(&route, Priority::Low, rate, outsider, 1.0),
-                Ok(())
+            assert!(
+                off.check(&route, Priority::Low, rate, outsider, 1.0)
+                    .is_ok()
             );
         }
         assert_eq!(

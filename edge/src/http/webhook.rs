@@ -16,8 +16,8 @@ use hyper::body::Body;
 
 use super::keep_alive::RequestBody;
 use super::{App, RouteEntry};
-use crate::admission::Refusal;
 use crate::admission::ledger::ShedEntry;
+use crate::admission::{BodyClaim, Refusal};
 use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
 use crate::event;
@@ -94,14 +94,16 @@ async fn handle_route(
             .headers
             .get(EARLY_DATA_HEADER)
             .is_some_and(|v| v == "1");
-    if let Some(response) = before_body(app, entry, arrival, parts, early, body) {
-        return response;
-    }
+    let claim = match before_body(app, entry, arrival, parts, early, body) {
+        Ok(claim) => claim,
+        Err(response) => return response,
+    };
     let received_ms = unix_ms();
     let body = match read_body(body, route.max_body, app.body_rate).await {
         Ok(body) => body,
         Err(e) => return body_refused(app, entry, e),
     };
+    drop(claim);
 
     // The slot covers verify, append and fsync: the work the adaptive limit measures.
     let mut permit = match app.admission.acquire(route.priority).await {
@@ -150,7 +152,11 @@ async fn handle_route(
 }
 
 /// What is decided before a byte of the body is read: method, 0-RTT policy, declared
-/// size, and shedding (which costs the sender one round trip and us nothing here).
+/// size, and shedding (which costs the sender one round trip and us nothing here). A
+/// request let in holds a claim on a slot while its body is read.
+// The answer is moved once, to the caller that sends it: boxing would cost a refusal an
+// allocation.
+#[allow(clippy::result_large_err)]
 fn before_body(
     app: &App,
     entry: &RouteEntry,
@@ -158,7 +164,7 @@ fn before_body(
     parts: &http::request::Parts,
     early: bool,
     body: &RequestBody,
-) -> Option<Response<ResponseBody>> {
+) -> Result<BodyClaim, Response<ResponseBody>> {
     let route = &entry.route;
     if parts.method != Method::POST {
         let mut response = json(
@@ -168,13 +174,13 @@ fn before_body(
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return Some(response);
+        return Err(response);
     }
     if early && let Some(response) = guard_early(app, entry) {
-        return Some(response);
+        return Err(response);
     }
     if body.size_hint().lower() > route.max_body {
-        return Some(too_large(route.max_body));
+        return Err(too_large(route.max_body));
     }
     app.admission
         .check(
@@ -184,8 +190,7 @@ fn before_body(
             arrival.source,
             app.spool.fill(),
         )
-        .err()
-        .map(|refusal| refused(app, entry, &parts.headers, refusal))
+        .map_err(|refusal| refused(app, entry, &parts.headers, refusal))
 }
 
 /// The answer to a body that was too large, too slow or broken.
