@@ -10,7 +10,8 @@
 //! on a connection and a thread of its own, which measures what shedding costs the edge rather than
 //! how long an answer waits behind 60 KiB uploads on a shared connection), peak RSS.
 //!
-//!     cargo bench -p edge --bench admission   (OVERLOAD_SECONDS=30, FACTOR=3, H2_WINDOW=16KiB)
+//!     cargo bench -p edge --bench admission   (OVERLOAD_SECONDS=30, FACTOR=3, H2_WINDOW=16KiB,
+//!                                              RATE: a fixed offered rate instead of FACTOR)
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -59,17 +60,15 @@ fn main() {
         let edge = start(true);
         let rate = capacity * 0.3;
         let (run, _) = runtime.block_on(open_loop(&edge, &body, rate, Duration::from_secs(5)));
-        percentile(
-            run.iter()
-                .filter(|r| r.status == Some(202))
-                .map(|r| r.latency),
-            0.99,
-        )
+        quantile(&latencies(&run, 202), 0.99)
     };
-    let rate = capacity * factor;
+    // RATE=req/s offers the same load to every build of an A/B run, whatever capacity
+    // each measured.
+    let rate = env_or("RATE", capacity * factor);
     println!(
-        "capacity (closed loop, {SENDERS} senders over {CONNECTIONS} HTTP/2 connections): {capacity:.0} req/s; unloaded p99 {:.1} ms; offering {rate:.0} req/s ({factor}x) for {seconds} s; h2_stream_window {}",
+        "capacity (closed loop, {SENDERS} senders over {CONNECTIONS} HTTP/2 connections): {capacity:.0} req/s; unloaded p99 {:.1} ms; offering {rate:.0} req/s ({:.1}x) for {seconds} s; h2_stream_window {}",
         ms(unloaded_p99),
+        rate / capacity,
         h2_window()
     );
     println!(
@@ -86,25 +85,9 @@ fn main() {
             let of: Vec<&Outcome> = run.iter().filter(|r| r.path == path).collect();
             100.0 * of.iter().filter(|r| r.status == Some(202)).count() as f64 / of.len() as f64
         };
-        let admitted = percentile(
-            run.iter()
-                .filter(|r| r.status == Some(202))
-                .map(|r| r.latency),
-            0.99,
-        );
-        let shed = percentile(
-            run.iter()
-                .filter(|r| r.status == Some(503))
-                .map(|r| r.latency),
-            0.99,
-        );
-        let probe_shed = percentile(
-            probe
-                .iter()
-                .filter(|r| r.status == Some(503))
-                .map(|r| r.latency),
-            0.99,
-        );
+        let admitted = quantile(&latencies(&run, 202), 0.99);
+        let shed = quantile(&latencies(&run, 503), 0.99);
+        let probe_shed = latencies(&probe, 503);
         let or_dash = |d: Duration| {
             if d.is_zero() {
                 "-".to_owned()
@@ -123,7 +106,7 @@ fn main() {
             ms(admitted),
             ms(admitted) / ms(unloaded_p99),
             or_dash(shed),
-            or_dash(probe_shed),
+            or_dash(quantile(&probe_shed, 0.99)),
             peak_rss_kib(edge.pid()) / 1024
         );
         if load.client_cpu > CLIENT_SATURATED || load.offered < rate * 0.95 {
@@ -133,6 +116,16 @@ fn main() {
                 load.offered
             );
         }
+        let spread: Vec<String> = [0.5, 0.9, 0.99, 1.0]
+            .iter()
+            .map(|&q| format!("{:.1}", ms(quantile(&probe_shed, q))))
+            .collect();
+        eprintln!(
+            "  probe: {} answers, {} shed; shed p50/p90/p99/max {} ms",
+            probe.len(),
+            probe_shed.len(),
+            spread.join("/")
+        );
         let high: Vec<&Outcome> = run.iter().filter(|r| r.path == PATHS[0]).collect();
         let mut statuses = std::collections::BTreeMap::new();
         for r in &high {
@@ -292,15 +285,24 @@ fn cpu_time() -> Duration {
 }
 
 /// A small low-priority request every 20 ms for `seconds`, on its own connection and
-/// its own thread and runtime: the kernel wakes a thread that mostly sleeps at once,
-/// where a task of the load's runtime would wait behind thousands of others, so the
-/// figure is the edge's, not the busy client's.
+/// its own thread and runtime, the thread real-time (`SCHED_FIFO`): a task of the
+/// load's runtime would wait behind thousands of others, and a plain thread behind the
+/// load's threads on the client's saturated CPU, where a real sender has a machine of
+/// its own. So the figure is the edge's, not the busy client's.
 fn probe(
     client: reqwest::Client,
     url: String,
     seconds: u64,
 ) -> std::thread::JoinHandle<Vec<Outcome>> {
     std::thread::spawn(move || {
+        let realtime = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sets the calling thread's (pid 0) policy from a valid parameter.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &realtime) } != 0 {
+            eprintln!(
+                "  probe stays SCHED_OTHER ({}): its figures include the client's own queueing",
+                std::io::Error::last_os_error()
+            );
+        }
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -329,12 +331,22 @@ async fn probe_requests(client: reqwest::Client, url: String, seconds: u64) -> V
     outcomes
 }
 
-fn percentile(values: impl Iterator<Item = Duration>, q: f64) -> Duration {
-    let mut values: Vec<Duration> = values.collect();
+/// The latencies of the outcomes answered `status`, sorted.
+fn latencies(outcomes: &[Outcome], status: u16) -> Vec<Duration> {
+    let mut of: Vec<Duration> = outcomes
+        .iter()
+        .filter(|r| r.status == Some(status))
+        .map(|r| r.latency)
+        .collect();
+    of.sort();
+    of
+}
+
+/// The `q` quantile of sorted `values` (zero when there are none).
+fn quantile(values: &[Duration], q: f64) -> Duration {
     if values.is_empty() {
         return Duration::ZERO;
     }
-    values.sort();
     values[((values.len() - 1) as f64 * q) as usize]
 }
 
