@@ -11,7 +11,8 @@
 //! how long an answer waits behind 60 KiB uploads on a shared connection), peak RSS.
 //!
 //!     cargo bench -p edge --bench admission   (OVERLOAD_SECONDS=30, FACTOR=3, H2_WINDOW=16KiB,
-//!                                              RATE: a fixed offered rate instead of FACTOR)
+//!                                              RATE: a fixed offered rate instead of FACTOR,
+//!                                              OFF_ROW=0: no admission-off row)
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -75,7 +76,14 @@ fn main() {
         "| admission | offered | client CPU | high ok | default ok | low ok | admitted p99 | (x unloaded) | shed p99 | shed p99 (probe) | peak RSS |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
-    for enabled in [true, false] {
+    // OFF_ROW=0 leaves the admission-off row out, for A/B runs of builds that differ only
+    // with admission on.
+    let rows: &[bool] = if env_or("OFF_ROW", 1) == 0 {
+        &[true]
+    } else {
+        &[true, false]
+    };
+    for &enabled in rows {
         let edge = start(enabled);
         let probe = probe(client(&edge, true), edge.url(PATHS[2]), seconds);
         let (run, load) =
