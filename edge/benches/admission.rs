@@ -12,7 +12,8 @@
 //!
 //!     cargo bench -p edge --bench admission   (OVERLOAD_SECONDS=30, FACTOR=3, H2_WINDOW=16KiB,
 //!                                              RATE: a fixed offered rate instead of FACTOR,
-//!                                              OFF_ROW=0: no admission-off row)
+//!                                              OFF_ROW=0: no admission-off row,
+//!                                              ADMISSION, SPOOL: extra config keys)
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -165,7 +166,11 @@ fn start(admission: bool) -> Edge {
     let tuning = std::env::var("ADMISSION")
         .map(|extra| format!(", {extra}"))
         .unwrap_or_default();
-    let edge = Edge::start("", ROUTES).with_section(&format!(
+    // SPOOL="sync_delay: 20ms" models a slower disk (each fdatasync 20 ms longer).
+    let spool = std::env::var("SPOOL")
+        .map(|extra| format!("  {extra}\n"))
+        .unwrap_or_default();
+    let edge = Edge::start(&spool, ROUTES).with_section(&format!(
         "connections: {{ max: 60000, per_source: 60000, per_trusted_source: 60000 }}\nadmission: {{ enabled: {admission}{tuning} }}\nhttp: {{ h2_stream_window: {} }}\n",
         h2_window()
     ));
