@@ -24,6 +24,8 @@ pub struct Edge {
     pub log: PathBuf,
     /// RLIMIT_NOFILE (soft and hard) for the process, when set.
     pub fd_limit: Option<u64>,
+    /// Times this edge moved to fresh ports because one was taken.
+    port_retries: u32,
 }
 
 /// A free loopback port (the listener is closed before the edge binds it).
@@ -121,6 +123,7 @@ impl Edge {
             config: config_path,
             log: PathBuf::new(),
             fd_limit: None,
+            port_retries: 0,
         };
         edge.spawn();
         edge
@@ -183,15 +186,39 @@ impl Edge {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if self.readyz() == Some(200) {
+            // Its own log says ready too: a /readyz alone may come from another test's
+            // edge that took the admin port between `free_port` and this edge's bind.
+            if self.readyz() == Some(200) && self.log_text().contains("edge ready") {
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                if self.log_text().contains(ADDRESS_IN_USE) && self.port_retries < PORT_RETRIES {
+                    self.port_retries += 1;
+                    self.take_new_ports();
+                    return self.spawn();
+                }
                 panic!("edge exited with {status}: {}", self.log_text());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("edge not ready in time: {}", self.log_text());
+    }
+
+    /// Moves this edge to two fresh ports: another process took one of its own.
+    fn take_new_ports(&mut self) {
+        let (port, admin_port) = (free_port(), free_port());
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let text = text
+            .replace(
+                &format!("127.0.0.1:{}\"", self.port),
+                &format!("127.0.0.1:{port}\""),
+            )
+            .replace(
+                &format!("admin_listen: 127.0.0.1:{}", self.admin_port),
+                &format!("admin_listen: 127.0.0.1:{admin_port}"),
+            );
+        std::fs::write(&self.config, text).unwrap();
+        (self.port, self.admin_port) = (port, admin_port);
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -425,3 +452,8 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
+
+/// How a bind that lost its port to another process ends up in the edge's log.
+const ADDRESS_IN_USE: &str = "os error 98";
+/// Fresh ports an edge tries before a taken port fails its test.
+const PORT_RETRIES: u32 = 3;
