@@ -30,10 +30,14 @@ pub struct Peer {
 }
 
 pub async fn replication(servers: &[String], stream: &str) -> anyhow::Result<Replication> {
-    let client = async_nats::connect(servers).await?;
-    let mut jetstream = async_nats::jetstream::new(client);
-    // Short, so that a caller polling through a leader election sees its end promptly.
-    jetstream.set_timeout(std::time::Duration::from_secs(1));
+    // Short, so that a caller polling through a leader election sees its end promptly:
+    // a request that reached the dead leader waits out this timeout, not the client's
+    // 10 s default (the JetStream context's own timeout bounds only publishes).
+    let client = async_nats::ConnectOptions::new()
+        .request_timeout(Some(std::time::Duration::from_secs(1)))
+        .connect(servers)
+        .await?;
+    let jetstream = async_nats::jetstream::new(client);
     let mut stream = jetstream.get_stream(stream).await?;
     let cluster = stream
         .info()
