@@ -37,7 +37,13 @@ fn main() -> ExitCode {
     let lab = LabCli::up();
     let mut results: Vec<(&str, bool)> = scenarios
         .into_iter()
-        .map(|(name, scenario)| (name, passes(name, || scenario(&lab))))
+        .map(|(name, scenario)| {
+            let ok = passes(name, || scenario(&lab));
+            if !ok {
+                lab.start_stopped_services();
+            }
+            (name, ok)
+        })
         .collect();
     results.push((
         "every_ack_at_the_origin",
@@ -627,9 +633,9 @@ fn origin_node_loss(lab: &LabCli) {
     let new_leader = loop {
         match lab.origin_replication() {
             Ok(r) if !r.leader.is_empty() && r.leader != victim => break r.leader,
-            _ => assert!(
+            last => assert!(
                 killed.elapsed() < Duration::from_secs(15),
-                "no new stream leader 15 s after {victim} was killed"
+                "no new stream leader 15 s after {victim} was killed; last answer: {last:?}"
             ),
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -61,6 +61,22 @@ impl LabCli {
         }
     }
 
+    /// Starts every service `lab status` reports stopped, naming each; so that a
+    /// scenario that failed halfway (its victim still down) does not fail the ones after it.
+    pub fn start_stopped_services(&self) {
+        let status = self.run(&["status"]);
+        for line in status.lines().take_while(|l| !l.is_empty()) {
+            let mut words = line.split_whitespace();
+            let Some(node) = words.next() else { continue };
+            for service in words.filter_map(|w| w.strip_suffix("(stopped)")) {
+                match self.try_run(&["start", node, service]) {
+                    Ok(_) => println!("lab: started {node}/{service}, left stopped by the failure"),
+                    Err(e) => println!("lab: could not start {node}/{service}: {e}"),
+                }
+            }
+        }
+    }
+
     /// A running service's PID, as `lab status` reports it.
     pub fn service_pid(&self, node: &str, service: &str) -> i32 {
         let status = self.run(&["status"]);
