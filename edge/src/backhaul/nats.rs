@@ -63,6 +63,9 @@ impl NatsSink {
             .name(format!("edge-{pop}"))
             .ping_interval(Duration::from_secs(10))
             .connection_timeout(Duration::from_secs(5))
+            // Bounds the stream look-up as publishes are bounded: async-nats' 10 s
+            // default would hold delivery that long through an origin leader election.
+            .request_timeout(Some(settings.publish_timeout))
             .retry_on_initial_connect()
             .reconnect_delay_callback(reconnect_delay(settings.reconnect_max))
             .event_callback(move |event| {

@@ -55,7 +55,7 @@ pub struct NatsSettings {
     pub token: Option<String>,
     pub nkey: Option<String>,
     pub tls: Option<ClientTls>,
-    /// Publish to PubAck, per attempt. Default 5s.
+    /// Publish to PubAck, and the stream look-up, per attempt. Default 5s.
     #[serde(default = "default_publish_timeout", with = "humantime_serde")]
     pub publish_timeout: Duration,
     /// Longest pause between reconnect attempts (exponential from 100ms, full jitter).
