@@ -138,10 +138,14 @@ impl Edge {
     /// Restarts this edge with its config text passed through `edit`.
     pub fn reconfigure(mut self, edit: impl FnOnce(String) -> String) -> Edge {
         self.kill9();
-        let text = std::fs::read_to_string(&self.config).unwrap();
-        std::fs::write(&self.config, edit(text)).unwrap();
+        self.edit_config(edit);
         self.spawn();
         self
+    }
+
+    fn edit_config(&self, edit: impl FnOnce(String) -> String) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, edit(text)).unwrap();
     }
 
     /// Restarts this edge with its open-files limit (soft and hard) set to `limit`.
@@ -207,17 +211,16 @@ impl Edge {
     /// Moves this edge to two fresh ports: another process took one of its own.
     fn take_new_ports(&mut self) {
         let (port, admin_port) = (free_port(), free_port());
-        let text = std::fs::read_to_string(&self.config).unwrap();
-        let text = text
-            .replace(
+        self.edit_config(|text| {
+            text.replace(
                 &format!("127.0.0.1:{}\"", self.port),
                 &format!("127.0.0.1:{port}\""),
             )
             .replace(
                 &format!("admin_listen: 127.0.0.1:{}", self.admin_port),
                 &format!("admin_listen: 127.0.0.1:{admin_port}"),
-            );
-        std::fs::write(&self.config, text).unwrap();
+            )
+        });
         (self.port, self.admin_port) = (port, admin_port);
     }
 
