@@ -64,33 +64,40 @@ impl LabCli {
     /// Starts every service `lab status` reports stopped, naming each; so that a
     /// scenario that failed halfway (its victim still down) does not fail the ones after it.
     pub fn start_stopped_services(&self) {
-        let status = self.run(&["status"]);
-        for line in status.lines().take_while(|l| !l.is_empty()) {
-            let mut words = line.split_whitespace();
-            let Some(node) = words.next() else { continue };
-            for service in words.filter_map(|w| w.strip_suffix("(stopped)")) {
-                match self.try_run(&["start", node, service]) {
-                    Ok(_) => println!("lab: started {node}/{service}, left stopped by the failure"),
-                    Err(e) => println!("lab: could not start {node}/{service}: {e}"),
-                }
+        for (node, service, _) in self.services().iter().filter(|(.., pid)| pid.is_none()) {
+            match self.try_run(&["start", node, service]) {
+                Ok(_) => println!("lab: started {node}/{service}, left stopped by the failure"),
+                Err(e) => println!("lab: could not start {node}/{service}: {e}"),
             }
         }
     }
 
     /// A running service's PID, as `lab status` reports it.
     pub fn service_pid(&self, node: &str, service: &str) -> i32 {
+        let services = self.services();
+        let (.., pid) = services
+            .iter()
+            .find(|(n, s, _)| n == node && s == service)
+            .unwrap_or_else(|| panic!("no {service} on {node} in {services:?}"));
+        pid.unwrap_or_else(|| panic!("{service} on {node} is not running"))
+    }
+
+    /// Every service in `lab status`'s table (`node up|down name(pid|stopped) ...`):
+    /// node, name and PID, none when stopped.
+    fn services(&self) -> Vec<(String, String, Option<i32>)> {
         let status = self.run(&["status"]);
-        let line = status
-            .lines()
-            .find(|l| l.starts_with(node))
-            .unwrap_or_else(|| panic!("no {node} in {status}"));
-        let marker = format!(" {service}(");
-        let at = line.find(&marker).expect("service listed") + marker.len();
-        line[at..]
-            .split(')')
-            .next()
-            .and_then(|pid| pid.parse().ok())
-            .unwrap_or_else(|| panic!("{service} on {node} is not running: {line}"))
+        let mut services = Vec::new();
+        for line in status.lines().take_while(|l| !l.is_empty()) {
+            let mut words = line.split_whitespace();
+            let Some(node) = words.next() else { continue };
+            for word in words {
+                if let Some((name, state)) = word.strip_suffix(')').and_then(|w| w.split_once('('))
+                {
+                    services.push((node.to_owned(), name.to_owned(), state.parse().ok()));
+                }
+            }
+        }
+        services
     }
 
     pub fn spawn(&self, args: &[&str]) -> Child {
