@@ -84,10 +84,20 @@ enum Attack {
 }
 
 impl Attack {
+    /// Where the attack is aimed. A head that fails verification is answered 401 before
+    /// its body is read, so slow bodies go where slowhttptest can send a well-formed
+    /// signature: a generic route keyed on `Content-Type`, which `-f` sets.
+    fn path(self) -> &'static str {
+        match self {
+            Attack::SlowBody => "/hooks/slow",
+            Attack::Slowloris | Attack::SlowRead => "/hooks/github",
+        }
+    }
+
     fn args(self) -> &'static [&'static str] {
         match self {
             Attack::Slowloris => &["-H", "-i", "5"],
-            Attack::SlowBody => &["-B", "-i", "5", "-s", "8192"],
+            Attack::SlowBody => &["-B", "-i", "5", "-s", "8192", "-f", SLOW_BODY_SIGNATURE],
             Attack::SlowRead => &[
                 "-X", "-w", "10", "-y", "20", "-n", "5", "-z", "32", "-k", "3",
             ],
@@ -151,7 +161,7 @@ impl Report {
 async fn under_attack(attack: Attack, fd_limit: Option<u64>, limits: &str) -> Report {
     // One attack at a time: two cores cannot host two of them and still mean anything.
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
-    let mut edge = Edge::start("", "").with_section(limits);
+    let mut edge = Edge::start("", SLOW_BODY_ROUTE).with_section(limits);
     if let Some(limit) = fd_limit {
         edge.set_fd_limit(limit);
     }
@@ -222,7 +232,7 @@ fn start_attack(edge: &Edge, attack: Attack) -> Child {
             "-p",
             "3",
             "-u",
-            &format!("https://127.0.0.1:{}/hooks/github", edge.port),
+            &format!("https://127.0.0.1:{}{}", edge.port, attack.path()),
         ])
         .args(attack.args())
         .stdin(Stdio::null())
@@ -319,3 +329,15 @@ const LIMITS: &str = "http:
   idle_timeout: 5s
 connections: { max: 10000, per_source: 5000 }
 ";
+
+/// The route slow bodies are sent to (see [`Attack::path`]); high priority like GitHub's,
+/// so admission control lets every head in and the body deadlines do the work.
+const SLOW_BODY_ROUTE: &str = r#"  - path: /hooks/slow
+    provider: hmac
+    secrets: ["slow-route-secret"]
+    hmac: { header: Content-Type, prefix: "sha256=" }
+    priority: high
+"#;
+/// A well-formed (wrong) SHA-256 MAC, as `Content-Type`.
+const SLOW_BODY_SIGNATURE: &str =
+    "sha256=0000000000000000000000000000000000000000000000000000000000000000";

@@ -321,6 +321,21 @@ routes:
     }
 
     #[test]
+    fn a_route_holds_at_most_eight_secrets() {
+        let secrets = |n: usize| {
+            let list: Vec<String> = (0..n).map(|i| format!("\"s{i}\"")).collect();
+            GOOD.replace(
+                r#"["s3cret", "old-s3cret"]"#,
+                &format!("[{}]", list.join(", ")),
+            )
+        };
+        assert!(parse(&secrets(8)).is_ok());
+        let errors = errors_of(&secrets(9));
+        assert_eq!(errors[0].0, "routes[0].secrets", "{errors:?}");
+        assert!(errors[0].1.contains("at most 8"), "{errors:?}");
+    }
+
+    #[test]
     fn type_errors_name_the_field() {
         let errors = errors_of(&GOOD.replace("max_bytes: 8GiB", "max_bytes: lots"));
         assert_eq!(errors[0].0, "spool.max_bytes");

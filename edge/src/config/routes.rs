@@ -208,6 +208,14 @@ fn secret_keys(
 ) -> Vec<Vec<u8>> {
     if secrets.is_empty() {
         errors.add(at("secrets"), "must not be empty");
+    } else if secrets.len() > verify::MAX_SECRETS {
+        errors.add(
+            at("secrets"),
+            format!(
+                "at most {} secrets (each costs a MAC over every body)",
+                verify::MAX_SECRETS
+            ),
+        );
     }
     let mut keys = Vec::new();
     for (j, secret) in secrets.iter().enumerate() {

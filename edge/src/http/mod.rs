@@ -34,6 +34,7 @@ pub struct App {
     pub too_early_log: crate::log_throttle::LogThrottle,
     pub shed_log: crate::log_throttle::LogThrottle,
     pub head_log: crate::log_throttle::LogThrottle,
+    pub verify_log: crate::log_throttle::LogThrottle,
     /// Lives across reloads: the adaptive limit and the queue are the process's.
     pub admission: Arc<Admission>,
     pub spool: Arc<Spool>,
@@ -76,6 +77,7 @@ impl App {
             too_early_log: Default::default(),
             shed_log: Default::default(),
             head_log: Default::default(),
+            verify_log: Default::default(),
             admission,
             spool,
             metrics,

@@ -22,7 +22,7 @@ use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
-use crate::verify::{Provider, url_verification_challenge};
+use crate::verify::{Provider, Verification, VerifyError, url_verification_challenge};
 
 pub type ResponseBody = Full<Bytes>;
 
@@ -94,30 +94,31 @@ async fn handle_route(
             .headers
             .get(EARLY_DATA_HEADER)
             .is_some_and(|v| v == "1");
-    let claim = match before_body(app, entry, arrival, parts, early, body) {
-        Ok(claim) => claim,
+    let (claim, mut verification) = match before_body(app, entry, arrival, parts, early, body) {
+        Ok(admitted) => admitted,
         Err(response) => return response,
     };
     let received_ms = unix_ms();
-    let body = match read_body(body, route.max_body, app.body_rate).await {
+    // The MACs are taken as the body arrives: a large body costs its work in small
+    // steps over the upload, and nothing is left for a second pass.
+    let read = read_body(body, route.max_body, app.body_rate, |chunk| {
+        verification.update(chunk)
+    })
+    .await;
+    let body = match read {
         Ok(body) => body,
         Err(e) => return body_refused(app, entry, e),
     };
     drop(claim);
+    if let Err(e) = verification.finish(SystemTime::now()) {
+        return unverified(app, entry, e);
+    }
 
-    // The slot covers verify, append and fsync: the work the adaptive limit measures.
+    // The slot covers the append and its fsync: the work the adaptive limit measures.
     let mut permit = match app.admission.acquire(route.priority).await {
         Ok(permit) => permit,
         Err(reason) => return refused(app, entry, &parts.headers, Refusal::Shed(reason)),
     };
-    if let Err(e) = route
-        .verifier
-        .verify(&parts.headers, &body, SystemTime::now())
-    {
-        app.metrics.verify_failure(&entry.name, e.reason());
-        tracing::info!(route = %entry.name, reason = e.reason(), "signature verification failed");
-        return json(StatusCode::UNAUTHORIZED, &format!(r#"{{"error":"{e}"}}"#));
-    }
     if route.provider == Provider::Slack
         && let Some(challenge) = url_verification_challenge(&body)
     {
@@ -152,8 +153,9 @@ async fn handle_route(
 }
 
 /// What is decided before a byte of the body is read: method, 0-RTT policy, declared
-/// size, and shedding (which costs the sender one round trip and us nothing here). A
-/// request let in holds a claim on a slot while its body is read.
+/// size, the signature headers, and shedding (which costs the sender one round trip and
+/// us nothing here). A request let in holds a claim on a slot while its body is read,
+/// and its verification in progress.
 // The answer is moved once, to the caller that sends it: boxing would cost a refusal an
 // allocation.
 #[allow(clippy::result_large_err)]
@@ -164,7 +166,7 @@ fn before_body(
     parts: &http::request::Parts,
     early: bool,
     body: &RequestBody,
-) -> Result<BodyClaim, Response<ResponseBody>> {
+) -> Result<(BodyClaim, Verification), Response<ResponseBody>> {
     let route = &entry.route;
     if parts.method != Method::POST {
         let mut response = json(
@@ -182,7 +184,12 @@ fn before_body(
     if body.size_hint().lower() > route.max_body {
         return Err(too_large(route.max_body));
     }
-    app.admission
+    let verification = route
+        .verifier
+        .start(&parts.headers)
+        .map_err(|e| unverified(app, entry, e))?;
+    let claim = app
+        .admission
         .check(
             &entry.name,
             route.priority,
@@ -190,7 +197,20 @@ fn before_body(
             arrival.source,
             app.spool.fill(),
         )
-        .map_err(|refusal| refused(app, entry, &parts.headers, refusal))
+        .map_err(|refusal| refused(app, entry, &parts.headers, refusal))?;
+    Ok((claim, verification))
+}
+
+/// 401: the signature headers are missing or malformed, or no signature matches.
+fn unverified(app: &App, entry: &RouteEntry, error: VerifyError) -> Response<ResponseBody> {
+    app.metrics.verify_failure(&entry.name, error.reason());
+    if app.verify_log.allow() {
+        tracing::info!(route = %entry.name, reason = error.reason(), "signature verification failed: 401 (logged at most once a second)");
+    }
+    json(
+        StatusCode::UNAUTHORIZED,
+        &format!(r#"{{"error":"{error}"}}"#),
+    )
 }
 
 /// The answer to a body that was too large, too slow or broken.
@@ -366,8 +386,14 @@ enum BodyError {
 }
 
 /// Collects the body up to `limit` bytes, as long as it keeps to the minimum rate and
-/// deadline. What is left unread when it stops is the caller's to discard.
-async fn read_body(body: &mut RequestBody, limit: u64, rate: BodyRate) -> Result<Bytes, BodyError> {
+/// deadline, handing each chunk to `observe` as it comes. What is left unread when it
+/// stops is the caller's to discard.
+async fn read_body(
+    body: &mut RequestBody,
+    limit: u64,
+    rate: BodyRate,
+    mut observe: impl FnMut(&[u8]),
+) -> Result<Bytes, BodyError> {
     let started = tokio::time::Instant::now();
     let mut collected = BytesMut::new();
     loop {
@@ -388,6 +414,7 @@ async fn read_body(body: &mut RequestBody, limit: u64, rate: BodyRate) -> Result
         if received + data.len() as u64 > limit {
             return Err(BodyError::TooLarge);
         }
+        observe(&data);
         collected.extend_from_slice(&data);
         if rate.too_slow(started.elapsed(), collected.len() as u64) {
             return Err(BodyError::TooSlow {

@@ -5,7 +5,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::{HeaderMap, HeaderName};
 
-use super::{VerifyError, hmac_sha256_matches, hmac_sha512_matches};
+use super::{Signatures, SignedHead, VerifyError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -29,14 +29,17 @@ pub struct HmacSpec {
     pub prefix: String,
 }
 
-pub fn verify(
-    spec: &HmacSpec,
-    secrets: &[Vec<u8>],
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(), VerifyError> {
-    // The header name is configured, so errors name it by a fixed label.
-    const LABEL: &str = "configured signature header";
+impl Digest {
+    /// The length of this digest's MAC, in bytes.
+    pub fn mac_len(self) -> usize {
+        match self {
+            Digest::Sha256 => 32,
+            Digest::Sha512 => 64,
+        }
+    }
+}
+
+pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHead, VerifyError> {
     let value = headers
         .get(&spec.header)
         .ok_or(VerifyError::MissingHeader(LABEL))?;
@@ -47,30 +50,36 @@ pub fn verify(
     let encoded = value
         .strip_prefix(spec.prefix.as_str())
         .ok_or(VerifyError::MalformedHeader(LABEL))?;
-    let signature = match spec.encoding {
-        Encoding::Hex => hex::decode(encoded).map_err(|_| VerifyError::MalformedHeader(LABEL))?,
-        Encoding::Base64 => BASE64
-            .decode(encoded)
-            .map_err(|_| VerifyError::MalformedHeader(LABEL))?,
+    let decoded = match spec.encoding {
+        Encoding::Hex => hex::decode(encoded).ok(),
+        Encoding::Base64 => BASE64.decode(encoded).ok(),
     };
-    let mut matched = false;
-    for secret in secrets {
-        matched |= match spec.digest {
-            Digest::Sha256 => hmac_sha256_matches(secret, &[body], &signature),
-            Digest::Sha512 => hmac_sha512_matches(secret, &[body], &signature),
-        };
-    }
-    if matched {
-        Ok(())
-    } else {
-        Err(VerifyError::Mismatch)
-    }
+    let mut signatures = Signatures::new(spec.digest, LABEL);
+    signatures.push(decoded)?;
+    signatures.into_head(Vec::new(), None)
 }
+
+/// The header name is configured, so errors name it by a fixed label.
+const LABEL: &str = "configured signature header";
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::verify::test_support::headers;
+    use crate::verify::{Scheme, Verifier};
+
+    fn verify(
+        spec: &HmacSpec,
+        secrets: &[Vec<u8>],
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(), VerifyError> {
+        Verifier::new(Scheme::Hmac(spec.clone()), secrets.to_vec()).verify(
+            headers,
+            body,
+            std::time::SystemTime::now(),
+        )
+    }
 
     fn spec(digest: Digest, encoding: Encoding, prefix: &str) -> HmacSpec {
         HmacSpec {
@@ -130,10 +139,19 @@ mod tests {
             verify(&s, &k, &h, RFC_DATA),
             Err(VerifyError::MalformedHeader(_))
         ));
-        let h = headers(&[("x-signature", "sha256=nothex")]);
-        assert!(matches!(
-            verify(&s, &k, &h, RFC_DATA),
-            Err(VerifyError::MalformedHeader(_))
-        ));
+        for bad in [
+            "sha256=nothex",
+            "sha256=abcd",
+            &format!("sha256={RFC_SHA512}"),
+        ] {
+            let h = headers(&[("x-signature", bad)]);
+            assert!(
+                matches!(
+                    verify(&s, &k, &h, RFC_DATA),
+                    Err(VerifyError::MalformedHeader(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 }

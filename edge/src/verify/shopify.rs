@@ -4,26 +4,30 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::HeaderMap;
 
-use super::{VerifyError, any_sha256_match, required_header};
+use super::{Digest, Signatures, SignedHead, VerifyError, required_header};
 
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
 
-pub fn verify(secrets: &[Vec<u8>], headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+pub(super) fn read_head(headers: &HeaderMap) -> Result<SignedHead, VerifyError> {
     let value = required_header(headers, SIGNATURE_HEADER)?;
-    let signature = BASE64
-        .decode(value.trim())
-        .map_err(|_| VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
-    if any_sha256_match(secrets, &[body], &[signature]) {
-        Ok(())
-    } else {
-        Err(VerifyError::Mismatch)
-    }
+    let mut signatures = Signatures::new(Digest::Sha256, SIGNATURE_HEADER);
+    signatures.push(BASE64.decode(value.trim()).ok())?;
+    signatures.into_head(Vec::new(), None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::verify::test_support::headers;
+    use crate::verify::{Scheme, Verifier};
+
+    fn verify(secrets: &[Vec<u8>], headers: &HeaderMap, body: &[u8]) -> Result<(), VerifyError> {
+        Verifier::new(Scheme::Shopify, secrets.to_vec()).verify(
+            headers,
+            body,
+            std::time::SystemTime::now(),
+        )
+    }
 
     // `printf '{"id":1}' | openssl dgst -sha256 -hmac shpss_secret -binary | base64`
     const SECRET: &[u8] = b"shpss_secret";
@@ -60,10 +64,13 @@ mod tests {
             verify(&s, &headers(&[]), BODY),
             Err(VerifyError::MissingHeader(SIGNATURE_HEADER))
         );
-        let h = headers(&[("X-Shopify-Hmac-Sha256", "not*base64")]);
-        assert_eq!(
-            verify(&s, &h, BODY),
-            Err(VerifyError::MalformedHeader(SIGNATURE_HEADER))
-        );
+        for bad in ["not*base64", "AAAA", ""] {
+            let h = headers(&[("X-Shopify-Hmac-Sha256", bad)]);
+            assert_eq!(
+                verify(&s, &h, BODY),
+                Err(VerifyError::MalformedHeader(SIGNATURE_HEADER)),
+                "{bad}"
+            );
+        }
     }
 }

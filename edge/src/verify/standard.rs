@@ -2,13 +2,13 @@
 //! `webhook-signature: v1,<base64> [v1,<base64> …]`, HMAC-SHA256 of `"{id}.{ts}.{body}"`
 //! keyed with the base64 part of a `whsec_…` secret.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::HeaderMap;
 
-use super::{VerifyError, any_sha256_match, check_timestamp, required_header};
+use super::{Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header};
 
 pub const ID_HEADER: &str = "webhook-id";
 pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
@@ -20,45 +20,49 @@ pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
     BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
 }
 
-pub fn verify(
-    secrets: &[Vec<u8>],
+pub(super) fn read_head(
     headers: &HeaderMap,
-    body: &[u8],
-    now: SystemTime,
     tolerance: Duration,
-) -> Result<(), VerifyError> {
+) -> Result<SignedHead, VerifyError> {
     let id = required_header(headers, ID_HEADER)?;
     let timestamp = required_header(headers, TIMESTAMP_HEADER)?;
     let value = required_header(headers, SIGNATURE_HEADER)?;
-    let mut signatures = Vec::new();
+    let mut signatures = Signatures::new(Digest::Sha256, SIGNATURE_HEADER);
     for entry in value.split_whitespace() {
         let (version, sig) = entry
             .split_once(',')
             .ok_or(VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
         // Other versions (v1a: asymmetric) are not ours to check; skip them.
         if version == "v1" {
-            let sig = BASE64
-                .decode(sig)
-                .map_err(|_| VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
-            signatures.push(sig);
+            signatures.push(BASE64.decode(sig).ok())?;
         }
     }
-    if signatures.is_empty() {
-        return Err(VerifyError::MalformedHeader(SIGNATURE_HEADER));
-    }
-    let signed = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
-    if !any_sha256_match(secrets, &signed, &signatures) {
-        return Err(VerifyError::Mismatch);
-    }
-    check_timestamp(timestamp, TIMESTAMP_HEADER, now, tolerance)
+    let prefix = [id.as_bytes(), b".", timestamp.as_bytes(), b"."].concat();
+    let signed_at = SignedTimestamp {
+        raw: timestamp.to_owned(),
+        header: TIMESTAMP_HEADER,
+        tolerance,
+    };
+    signatures.into_head(prefix, Some(signed_at))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::UNIX_EPOCH;
+    use std::time::{SystemTime, UNIX_EPOCH};
 
     use super::*;
     use crate::verify::test_support::headers;
+    use crate::verify::{MAX_SIGNATURES, Scheme, Verifier};
+
+    fn verify(
+        secrets: &[Vec<u8>],
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+        tolerance: Duration,
+    ) -> Result<(), VerifyError> {
+        Verifier::new(Scheme::Standard { tolerance }, secrets.to_vec()).verify(headers, body, now)
+    }
 
     // The Standard Webhooks specification's published test vector.
     const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -100,7 +104,7 @@ mod tests {
 
     #[test]
     fn several_signatures_and_unknown_versions() {
-        let sig = format!("v1a,AAAA v1,{} {SPEC_SIG}", "A".repeat(44));
+        let sig = format!("v1a,AAAA v1,{} {SPEC_SIG}", BASE64.encode([0u8; 32]));
         assert_eq!(
             verify(
                 &key(),
@@ -159,7 +163,8 @@ mod tests {
     #[test]
     fn malformed_headers_and_secrets() {
         let now = at(1_614_265_330);
-        for bad in ["", "v1", "v1,!!!", "v2,AAAA"] {
+        let short = format!("v1,{}", BASE64.encode([0u8; 31]));
+        for bad in ["", "v1", "v1,!!!", "v2,AAAA", "v1,", "v1,AAAA", &short] {
             assert_eq!(
                 verify(&key(), &spec_headers(bad, SPEC_TS), SPEC_BODY, now, TOL),
                 Err(VerifyError::MalformedHeader(SIGNATURE_HEADER)),
@@ -177,5 +182,21 @@ mod tests {
         assert_eq!(decode_secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"), None);
         assert_eq!(decode_secret("whsec_***"), None);
         assert_eq!(decode_secret("whsec_"), None);
+    }
+
+    #[test]
+    fn signature_floods_are_malformed_not_computed() {
+        let now = at(1_614_265_330);
+        let flood = vec!["v1,"; 3500].join(" ");
+        let over_cap = format!(
+            "{} {SPEC_SIG}",
+            vec![format!("v1,{}", BASE64.encode([7u8; 32])); MAX_SIGNATURES].join(" ")
+        );
+        for bad in [flood, over_cap] {
+            assert_eq!(
+                verify(&key(), &spec_headers(&bad, SPEC_TS), SPEC_BODY, now, TOL),
+                Err(VerifyError::MalformedHeader(SIGNATURE_HEADER))
+            );
+        }
     }
 }
