@@ -86,7 +86,7 @@ fn backhaul_config(nats: &Nats) -> String {
     )
 }
 
-/// Every message in the stream: event id → (body, headers).
+/// Every message in the stream: provider event id (`Edge-Event-Id`) → (body, headers).
 async fn stream_messages(nats: &Nats) -> HashMap<String, (Vec<u8>, async_nats::HeaderMap)> {
     let js = nats.jetstream().await;
     let mut stream = js.get_stream("WEBHOOKS").await.unwrap();
@@ -97,9 +97,11 @@ async fn stream_messages(nats: &Nats) -> HashMap<String, (Vec<u8>, async_nats::H
             continue;
         };
         let headers = message.headers.clone();
+        // Events carry the provider's id; shed-ledger entries only their Nats-Msg-Id.
         let id = headers
-            .get(async_nats::header::NATS_MESSAGE_ID)
-            .unwrap_or_else(|| panic!("no Nats-Msg-Id in {headers:?}"))
+            .get("Edge-Event-Id")
+            .or_else(|| headers.get(async_nats::header::NATS_MESSAGE_ID))
+            .unwrap_or_else(|| panic!("no Edge-Event-Id nor Nats-Msg-Id in {headers:?}"))
             .to_string();
         assert!(
             out.insert(id.clone(), (message.payload.to_vec(), headers))
@@ -341,7 +343,7 @@ async fn full_spool_disk(preallocate: bool) {
     let on_disk: HashSet<String> = edge::spool::dump(&edge.spool_dir())
         .unwrap()
         .into_iter()
-        .map(|r| r.event_id)
+        .map(|r| edge::event::id_of_key(&r.event_id).to_owned())
         .collect();
     assert_eq!(on_disk, acked.iter().cloned().collect::<HashSet<_>>());
 

@@ -52,7 +52,7 @@ impl Origin {
     ) -> Result<http::Response<Full<Bytes>>, Infallible> {
         let id = request
             .headers()
-            .get("idempotency-key")
+            .get("edge-event-id")
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
         let body = request

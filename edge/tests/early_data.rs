@@ -45,7 +45,7 @@ fn early_data_is_guarded_per_route_and_single_use() {
     let stored: Vec<_> = edge::spool::dump(&edge.spool_dir())
         .unwrap()
         .into_iter()
-        .filter(|r| r.event_id == "early-1")
+        .filter(|r| edge::event::id_of_key(&r.event_id) == "early-1")
         .collect();
     assert_eq!(stored.len(), 1, "stored exactly once");
     assert!(stored[0].early, "marked early in the spool");
@@ -84,7 +84,7 @@ fn early_data_is_guarded_per_route_and_single_use() {
     let ids: Vec<String> = edge::spool::dump(&edge.spool_dir())
         .unwrap()
         .into_iter()
-        .map(|r| r.event_id)
+        .map(|r| edge::event::id_of_key(&r.event_id).to_owned())
         .collect();
     assert_eq!(ids.iter().filter(|id| *id == "early-2").count(), 1);
     assert!(!ids.iter().any(|id| id == "early-3"), "{ids:?}");

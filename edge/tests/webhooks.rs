@@ -32,7 +32,7 @@ fn spool_ids(edge: &Edge) -> Vec<(String, String)> {
     edge::spool::dump(&edge.spool_dir())
         .unwrap()
         .into_iter()
-        .map(|r| (r.route, r.event_id))
+        .map(|r| (r.route, edge::event::id_of_key(&r.event_id).to_owned()))
         .collect()
 }
 

@@ -1,9 +1,9 @@
 #![no_main]
-use edge::event::{MAX_EVENT_ID_LEN, event_id};
+use edge::event::{MAX_EVENT_KEY_LEN, event_id};
 use edge::verify::Provider;
 
-// Every provider's id rule over the same request: an id, when there is one, is short and
-// visible ASCII (it names the event at the origin and in logs).
+// Every provider's key rule over the same request: a key, when there is one, is short
+// and visible ASCII (it names the event at the origin and in logs).
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let (headers, body) = edge_fuzz::request(data);
     let id_header = http::HeaderName::from_static("x-event-id");
@@ -15,8 +15,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Provider::Standard,
         Provider::Hmac,
     ] {
-        if let Ok(id) = event_id(provider, Some(&id_header), &headers, body) {
-            assert!(!id.is_empty() && id.len() <= MAX_EVENT_ID_LEN);
+        if let Ok(id) = event_id(provider, Some(&id_header), &headers, body, None) {
+            assert!(!id.is_empty() && id.len() <= MAX_EVENT_KEY_LEN);
             assert!(id.bytes().all(|b| b.is_ascii_graphic()), "{id:?}");
         }
     }

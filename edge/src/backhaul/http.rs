@@ -4,7 +4,8 @@
 //! (ALPN h2, optional mTLS); `http://` origins get HTTP/2 with prior knowledge.
 //!
 //! Each event is a POST of the raw body with the kept provider headers, the edge's own
-//! `Edge-*` headers and `Idempotency-Key: <event id>`. 2xx is delivered; 408, 429 and
+//! `Edge-*` headers (`Edge-Event-Id`: the provider's id) and `Idempotency-Key: <the
+//! event's de-duplication key>`. 2xx is delivered; 408, 429 and
 //! 5xx are retried (honouring `Retry-After`); any other 4xx is refused for good.
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use super::DeliveryError;
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, parse_retry_after, unit_random};
 use crate::config::{ClientTls, HttpSinkSettings};
+use crate::event::id_of_key;
 use crate::spool::record::Record;
 
 type Sender = http2::SendRequest<Full<Bytes>>;
@@ -116,6 +118,7 @@ impl HttpSink {
     fn request(&self, record: &Record) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut builder = Request::post(self.uri.clone())
             .header("idempotency-key", record.event_id.as_str())
+            .header("edge-event-id", id_of_key(&record.event_id))
             .header("edge-pop", record.pop.as_str())
             .header("edge-route", record.route.as_str())
             .header("edge-seq", record.seq)

@@ -1,7 +1,8 @@
 //! NATS JetStream sink. The client connects at start and keeps the connection warm
 //! (PINGs, reconnects with backoff in the background). Each event is published with
-//! `Nats-Msg-Id` = its event id, so the stream drops duplicates from retries, replays and
-//! other PoPs inside its duplicate window, and the publish counts only once JetStream's
+//! `Nats-Msg-Id` = its de-duplication key (`crate::event`), so the stream drops
+//! duplicates from retries, replays and other PoPs inside its duplicate window, and
+//! `Edge-Event-Id` = the provider's own id; the publish counts only once JetStream's
 //! PubAck arrives.
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use super::DeliveryError;
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, unit_random};
 use crate::config::NatsSettings;
+use crate::event::id_of_key;
 use crate::spool::record::Record;
 
 pub struct NatsSink {
@@ -127,6 +129,7 @@ impl NatsSink {
             async_nats::header::NATS_MESSAGE_ID,
             record.event_id.as_str(),
         );
+        headers.insert("Edge-Event-Id", id_of_key(&record.event_id));
         headers.insert("Edge-Pop", record.pop.as_str());
         headers.insert("Edge-Route", record.route.as_str());
         headers.insert("Edge-Seq", record.seq.to_string().as_str());

@@ -21,6 +21,7 @@ use crate::admission::{BodyClaim, Refusal};
 use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
 use crate::event;
+use crate::event::BodyDigest;
 use crate::spool::{AppendError, Appended, NewEvent};
 use crate::verify::{Provider, Verification, VerifyError, url_verification_challenge};
 
@@ -99,10 +100,12 @@ async fn handle_route(
         Err(response) => return response,
     };
     let received_ms = unix_ms();
-    // The MACs are taken as the body arrives: a large body costs its work in small
-    // steps over the upload, and nothing is left for a second pass.
+    // The MACs and the key's digest are taken as the body arrives: a large body costs
+    // its work in small steps over the upload, and nothing is left for a second pass.
+    let mut digest = BodyDigest::for_route(route.provider);
     let read = read_body(body, route.max_body, app.body_rate, |chunk| {
-        verification.update(chunk)
+        verification.update(chunk);
+        digest.update(chunk);
     })
     .await;
     let body = match read {
@@ -133,6 +136,7 @@ async fn handle_route(
         route.id_header.as_ref(),
         &parts.headers,
         &body,
+        digest.finish(),
     ) {
         Ok(id) => id,
         Err(e) => return json(StatusCode::BAD_REQUEST, &format!(r#"{{"error":"{e}"}}"#)),

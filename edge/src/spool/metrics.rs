@@ -26,6 +26,8 @@ pub struct SpoolMetrics {
     pub batch_records: Histogram,
     /// Segments the writer moved to, by how they were made.
     pub rolls: Family<Reason, Counter>,
+    /// Events whose unsigned delivery id was already stored with another body.
+    pub id_conflicts: Counter,
 }
 
 impl SpoolMetrics {
@@ -41,7 +43,13 @@ impl SpoolMetrics {
             fsync_seconds: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             batch_records: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
             rolls: Family::default(),
+            id_conflicts: Counter::default(),
         };
+        registry.register(
+            "dedupe_id_conflicts",
+            "Verified events whose unsigned delivery id (GitHub, Shopify, generic id_header) was already stored with another body; stored as their own events",
+            metrics.id_conflicts.clone(),
+        );
         let spool = registry.sub_registry_with_prefix("spool");
         spool.register(
             "appends",

@@ -1,15 +1,23 @@
-//! A bounded set of the most recent event ids of one route, for de-duplication: a
+//! A bounded set of the most recent event keys of one route, for de-duplication: a
 //! verified redelivery of an event that is already durable is acknowledged again and not
-//! stored twice. Oldest ids fall out first once the window is full.
+//! stored twice. Oldest keys fall out first once the window is full.
+//!
+//! Keys that carry a body digest beside an unsigned provider id (`crate::event`) are
+//! also counted by that id, so that one id arriving with two different signed bodies is
+//! seen (both are stored; the second is an id conflict).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+
+use crate::event::id_of_key;
 
 #[derive(Debug)]
 pub struct RecentIds {
     capacity: usize,
     order: VecDeque<Arc<str>>,
     seq_by_id: HashMap<Arc<str>, u64>,
+    /// How many keys in the window carry each unsigned provider id.
+    keys_by_unsigned_id: HashMap<Arc<str>, u32>,
 }
 
 impl RecentIds {
@@ -18,6 +26,7 @@ impl RecentIds {
             capacity: capacity.max(1),
             order: VecDeque::new(),
             seq_by_id: HashMap::new(),
+            keys_by_unsigned_id: HashMap::new(),
         }
     }
 
@@ -25,9 +34,7 @@ impl RecentIds {
     pub fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity.max(1);
         while self.order.len() > self.capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.seq_by_id.remove(&oldest);
-            }
+            self.forget_oldest();
         }
     }
 
@@ -36,18 +43,48 @@ impl RecentIds {
         self.seq_by_id.get(id).copied()
     }
 
+    /// Whether a key in the window carries the same unsigned provider id as `key` but
+    /// another body.
+    pub fn conflicts(&self, key: &str) -> bool {
+        let id = id_of_key(key);
+        id.len() != key.len()
+            && !self.seq_by_id.contains_key(key)
+            && self.keys_by_unsigned_id.contains_key(id)
+    }
+
     pub fn insert(&mut self, id: &str, seq: u64) {
         if self.seq_by_id.contains_key(id) {
             return;
         }
-        if self.order.len() == self.capacity
-            && let Some(oldest) = self.order.pop_front()
-        {
-            self.seq_by_id.remove(&oldest);
+        if self.order.len() == self.capacity {
+            self.forget_oldest();
         }
-        let id: Arc<str> = Arc::from(id);
-        self.order.push_back(Arc::clone(&id));
-        self.seq_by_id.insert(id, seq);
+        let key: Arc<str> = Arc::from(id);
+        let unsigned_id = id_of_key(&key);
+        if unsigned_id.len() != key.len() {
+            *self
+                .keys_by_unsigned_id
+                .entry(Arc::from(unsigned_id))
+                .or_default() += 1;
+        }
+        self.order.push_back(Arc::clone(&key));
+        self.seq_by_id.insert(key, seq);
+    }
+
+    fn forget_oldest(&mut self) {
+        let Some(oldest) = self.order.pop_front() else {
+            return;
+        };
+        self.seq_by_id.remove(&oldest);
+        let unsigned_id = id_of_key(&oldest);
+        if unsigned_id.len() != oldest.len()
+            && let Some(keys) = self.keys_by_unsigned_id.get_mut(unsigned_id)
+        {
+            *keys -= 1;
+            if *keys == 0 {
+                self.keys_by_unsigned_id.remove(unsigned_id);
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -91,6 +128,32 @@ mod tests {
             (ids.get("b"), ids.get("d"), ids.len()),
             (Some(1), Some(3), 3)
         );
+    }
+
+    #[test]
+    fn an_unsigned_id_with_another_body_is_a_conflict_until_it_leaves_the_window() {
+        let key = |id: &str, digest: char| format!("{id}#sha256:{}", digest.to_string().repeat(32));
+        let mut ids = RecentIds::new(2);
+        ids.insert(&key("d-1", 'a'), 1);
+        assert!(
+            !ids.conflicts(&key("d-1", 'a')),
+            "the same body is a duplicate"
+        );
+        assert!(ids.conflicts(&key("d-1", 'b')));
+        assert!(!ids.conflicts(&key("d-2", 'b')));
+        assert!(!ids.conflicts("d-1"), "a signed id has no body beside it");
+        ids.insert(&key("d-1", 'b'), 2);
+        ids.insert("x", 3);
+        assert!(
+            ids.conflicts(&key("d-1", 'c')),
+            "one of its keys is still in the window"
+        );
+        ids.insert("y", 4);
+        assert!(
+            !ids.conflicts(&key("d-1", 'c')),
+            "both keys left the window"
+        );
+        assert!(ids.keys_by_unsigned_id.is_empty());
     }
 
     #[test]

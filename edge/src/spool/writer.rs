@@ -26,6 +26,7 @@ use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
 use super::spare::{self, Spare};
 use super::{AppendError, Appended, NewEvent, Shared, checkpoint, reserve};
 use crate::config::SpoolSettings;
+use crate::log_throttle::LogThrottle;
 
 pub(super) enum Command {
     Append(NewEvent, oneshot::Sender<Result<Appended, AppendError>>),
@@ -61,6 +62,7 @@ pub(super) struct Writer {
     frame_buf: Vec<u8>,
     shared: Arc<Shared>,
     metrics: SpoolMetrics,
+    conflict_log: LogThrottle,
     _lock: Flock<File>,
 }
 
@@ -95,6 +97,7 @@ impl Writer {
             frame_buf: Vec::new(),
             shared,
             metrics,
+            conflict_log: LogThrottle::default(),
             _lock: recovered.lock,
         };
         writer.publish_gauges();
@@ -202,6 +205,16 @@ impl Writer {
             if let Some(seq) = known.or_else(|| batch_ids.get(&key).copied()) {
                 outcomes.push(Ok(Appended::Duplicate { seq }));
                 continue;
+            }
+            if self.recent.get(key.0).is_some_and(|w| w.conflicts(key.1)) {
+                self.metrics.id_conflicts.inc();
+                if self.conflict_log.allow() {
+                    tracing::warn!(
+                        route = key.0,
+                        key = key.1,
+                        "a known delivery id arrived with another validly signed body: stored as its own event (logged at most once a second)"
+                    );
+                }
             }
             let seq = self.next_seq;
             frame.clear();

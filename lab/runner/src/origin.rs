@@ -93,7 +93,7 @@ pub async fn arrivals(servers: &[String], stream: &str) -> anyhow::Result<Vec<Ar
                     .unwrap_or_default()
             };
             arrivals.push(Arrival {
-                id: header(async_nats::header::NATS_MESSAGE_ID),
+                id: header(async_nats::HeaderName::from_static("Edge-Event-Id")),
                 pop: header(async_nats::HeaderName::from_static("Edge-Pop")),
             });
         }
