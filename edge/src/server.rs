@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::config::Settings;
-use crate::conn_limits::{ConnTable, Source};
+use crate::conn_limits::{Admitted, ConnId, ConnTable, ConnUsage};
 use crate::deadline_io::DeadlineIo;
 use crate::http::keep_alive::{self, Activity, RequestBody};
 use crate::http::webhook::{self, Arrival};
@@ -48,6 +48,11 @@ pub struct Server {
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
     pub refusal_log: crate::log_throttle::LogThrottle,
+    pub eviction_log: crate::log_throttle::LogThrottle,
+    /// An HTTP/2 connection with no stream open this long is closed.
+    h2_idle: Duration,
+    /// What the connection table's idle times are measured from.
+    clock_origin: tokio::time::Instant,
 }
 
 /// The settings a reload replaces: routes and request limits, certificates and TLS.
@@ -66,7 +71,15 @@ impl Server {
             deadlines: settings.http.deadlines,
             connections: Mutex::new(ConnTable::new(settings.connections.clone())),
             refusal_log: Default::default(),
+            eviction_log: Default::default(),
+            h2_idle: settings.http.deadlines.idle,
+            clock_origin: tokio::time::Instant::now(),
         }
+    }
+
+    /// The connection table's clock: milliseconds since the server started.
+    fn now_ms(&self) -> u64 {
+        self.clock_origin.elapsed().as_millis() as u64
     }
 
     /// Accepts on every listener until `stop` turns true, then returns the connections
@@ -104,16 +117,19 @@ impl Server {
                         .connections
                         .lock()
                         .expect("connection table")
-                        .admit(peer.ip());
+                        .admit(peer.ip(), connections.closing.child_token());
                     match admitted {
-                        Ok(source) => {
+                        Ok(Admitted { id, usage, evicted }) => {
+                            if evicted.is_some() {
+                                self.metrics.connections.evicted.inc();
+                                if self.eviction_log.allow() {
+                                    tracing::info!(%peer, "connections.max reached: the connection idle longest was closed to let this one in (logged at most once a second)");
+                                }
+                            }
                             let _ = stream.set_nodelay(true);
-                            connections.tasks.spawn(Arc::clone(&self).connection(
-                                stream,
-                                peer,
-                                source,
-                                connections.closing.clone(),
-                            ));
+                            connections
+                                .tasks
+                                .spawn(Arc::clone(&self).connection(stream, peer, id, usage));
                         }
                         Err(refusal) => {
                             // Closed before the handshake: an over-cap source costs one accept.
@@ -143,8 +159,8 @@ impl Server {
         self: Arc<Self>,
         stream: tokio::net::TcpStream,
         peer: std::net::SocketAddr,
-        source: Source,
-        closing: CancellationToken,
+        id: ConnId,
+        usage: Arc<ConnUsage>,
     ) {
         let metrics = &self.metrics.connections;
         metrics.open_connections.inc();
@@ -156,7 +172,7 @@ impl Server {
             self.connections
                 .lock()
                 .expect("connection table")
-                .release(source);
+                .release(id);
         });
         let stream = DeadlineIo::new(stream, self.deadlines);
         let expired = stream.report();
@@ -178,15 +194,18 @@ impl Server {
         if !http2 {
             head_clock.start();
         }
+        usage.serving(self.now_ms());
         // HTTP/2 stays in hyper: its streams multiplex on one connection state.
         let activity = (!http2).then(|| Activity::new(!tls.accepted_early_data()));
         let server = Arc::clone(&self);
         let handshake = tls.handshake();
         let requests = activity.clone();
+        let in_flight = Arc::clone(&usage);
         let service = service_fn(move |request: http::Request<Incoming>| {
             let handling = (
                 head_clock.request_started(),
                 requests.as_ref().map(|a| a.request_started()),
+                InFlight::start(&in_flight, &server),
             );
             let request = request.map(|body| match &requests {
                 Some(activity) => activity.body(body),
@@ -215,14 +234,18 @@ impl Server {
                     tls,
                     activity,
                     service,
-                    &closing,
+                    usage.closing(),
                     idle,
                 ))
                 .await
             }
             None => {
                 let conn = self.http.http2.serve_connection(TokioIo::new(tls), service);
-                Box::pin(until_closed(conn, &closing)).await
+                let (served, idled) = Box::pin(self.serve_h2(conn, &usage)).await;
+                if idled {
+                    self.metrics.http.reject("idle");
+                }
+                served
             }
         };
         if let Err(e) = served {
@@ -305,19 +328,67 @@ impl Connections {
     }
 }
 
-/// Drives a hyper connection; once `closing` fires, lets it finish what it is doing and
-/// close.
-async fn until_closed<C: GracefulConnection>(
-    conn: C,
-    closing: &CancellationToken,
-) -> Result<(), C::Error> {
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        served = conn.as_mut() => return served,
-        () = closing.cancelled() => {}
+impl Server {
+    /// Drives an HTTP/2 connection until it ends, is told to close, or has had no
+    /// request in progress for the idle timeout, whatever PINGs pass (they keep the
+    /// byte stream busy, not the connection useful). Closing sends GOAWAY and lets
+    /// what is in progress finish; a connection with nothing in progress gets
+    /// [`IDLE_GOAWAY_GRACE`] to end. Also says whether it was closed for being idle.
+    async fn serve_h2<C: GracefulConnection>(
+        &self,
+        conn: C,
+        usage: &ConnUsage,
+    ) -> (Result<(), C::Error>, bool) {
+        let mut conn = std::pin::pin!(conn);
+        let idle_ms = self.h2_idle.as_millis() as u64;
+        let mut check = std::pin::pin!(tokio::time::sleep(self.h2_idle));
+        let idled = loop {
+            tokio::select! {
+                served = conn.as_mut() => return (served, false),
+                () = usage.closing().cancelled() => break false,
+                () = check.as_mut() => {
+                    let due_ms = match usage.idle_since() {
+                        Some(since) if self.now_ms() >= since + idle_ms => break true,
+                        Some(since) => since + idle_ms,
+                        None => self.now_ms() + idle_ms,
+                    };
+                    check.as_mut().reset(self.clock_origin + Duration::from_millis(due_ms));
+                }
+            }
+        };
+        conn.as_mut().graceful_shutdown();
+        // Requests in progress finish (a shutdown bounds them by shutdown_timeout); with
+        // none, a peer that does not finish the GOAWAY exchange is not waited for.
+        if usage.idle_since().is_none() {
+            return (conn.await, idled);
+        }
+        match tokio::time::timeout(IDLE_GOAWAY_GRACE, conn.as_mut()).await {
+            Ok(served) => (served, idled),
+            Err(_) => (Ok(()), idled),
+        }
     }
-    conn.as_mut().graceful_shutdown();
-    conn.await
+}
+
+/// A request in progress on a connection, for the connection table's idle times.
+struct InFlight {
+    usage: Arc<ConnUsage>,
+    server: Arc<Server>,
+}
+
+impl InFlight {
+    fn start(usage: &Arc<ConnUsage>, server: &Arc<Server>) -> Self {
+        usage.request_started();
+        Self {
+            usage: Arc::clone(usage),
+            server: Arc::clone(server),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.usage.request_ended(self.server.now_ms());
+    }
 }
 
 /// Connection-level metrics, registered under `edge_*`. Cheap to clone.
@@ -327,6 +398,7 @@ pub struct ConnectionMetrics {
     idle_connections: Gauge,
     accept_errors: Family<Reason, Counter>,
     connections_refused: Family<Reason, Counter>,
+    evicted: Counter,
     tfo_accepted: Counter,
 }
 
@@ -353,6 +425,11 @@ impl ConnectionMetrics {
             "connections_refused",
             "Connections closed before TLS because a cap was reached, by cap",
             metrics.connections_refused.clone(),
+        );
+        registry.register(
+            "connections_evicted",
+            "Idle connections closed at connections.max to let a new one in",
+            metrics.evicted.clone(),
         );
         registry.register(
             "tfo_accepted",
@@ -387,4 +464,6 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
 }
 
 const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
+/// How long a connection closed for being idle may take to finish after its GOAWAY.
+const IDLE_GOAWAY_GRACE: Duration = Duration::from_secs(5);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);

@@ -17,6 +17,9 @@ pub(super) struct RawConnections {
     pub(super) trusted: Vec<ipnet::IpNet>,
     /// Connections from one source inside `trusted`. Default 8192.
     per_trusted_source: usize,
+    /// Slots of `max` that only `trusted` sources may take (none when `trusted` is
+    /// empty). Default: a twentieth of `max`.
+    trusted_reserve: Option<usize>,
 }
 
 impl Default for RawConnections {
@@ -26,6 +29,7 @@ impl Default for RawConnections {
             per_source: 256,
             trusted: Vec::new(),
             per_trusted_source: 8192,
+            trusted_reserve: None,
         }
     }
 }
@@ -41,11 +45,19 @@ impl RawConnections {
                 "must be at least connections.per_source",
             );
         }
+        let trusted_reserve = self.trusted_reserve.unwrap_or(self.max / 20);
+        if !self.trusted.is_empty() && trusted_reserve >= self.max {
+            errors.add(
+                "connections.trusted_reserve",
+                "must be less than connections.max",
+            );
+        }
         Caps {
             max_total: self.max,
             max_per_source: self.per_source,
             trusted: self.trusted,
             max_per_trusted_source: self.per_trusted_source,
+            trusted_reserve,
         }
     }
 }
