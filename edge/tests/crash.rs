@@ -107,7 +107,8 @@ async fn kill_9_midway(preallocate: bool) {
         body: vec![b't'; 300],
     }
     .view()
-    .encode_frame(&mut torn);
+    .encode_frame(&mut torn)
+    .unwrap();
     // Where the records end: in a preallocated segment, zeros follow.
     let newest_bytes = std::fs::read(&newest).unwrap();
     let records_end = edge::spool::scan::scan_segment(&newest_bytes).valid_len;

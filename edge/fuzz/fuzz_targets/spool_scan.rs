@@ -12,7 +12,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut frame = Vec::new();
     for (record, &len) in scan.records.iter().zip(&scan.frame_lens) {
         frame.clear();
-        assert_eq!(record.encode_frame(&mut frame), len);
+        assert_eq!(record.encode_frame(&mut frame), Ok(len));
         assert_eq!(&frame[..], &data[offset..offset + len]);
         offset += len;
     }

@@ -13,7 +13,10 @@ pub fn store(spool_dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
     fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{:020}.rec", record.seq));
     let mut frame = Vec::new();
-    record.view().encode_frame(&mut frame);
+    record
+        .view()
+        .encode_frame(&mut frame)
+        .map_err(std::io::Error::other)?;
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)

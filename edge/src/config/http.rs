@@ -97,8 +97,11 @@ impl Default for RawHttp {
 
 impl RawHttp {
     pub(super) fn validate(self, errors: &mut FieldErrors) -> HttpSettings {
-        if self.max_header_bytes.as_u64() < 1024 {
-            errors.add("http.max_header_bytes", "must be at least 1KiB");
+        if !(1024..=MAX_HEADER_BYTES).contains(&self.max_header_bytes.as_u64()) {
+            errors.add(
+                "http.max_header_bytes",
+                "must be between 1KiB and 64KiB (a spool record holds a header of at most 64KiB)",
+            );
         }
         for (field, value) in [
             ("http.write_stall_timeout", self.write_stall_timeout),
@@ -129,8 +132,11 @@ impl RawHttp {
                 "must be between 16KiB and 2GiB - 1 byte (HTTP/2's largest window)",
             );
         }
-        if self.max_headers == 0 {
-            errors.add("http.max_headers", "must be positive");
+        if !(1..=MAX_HEADERS).contains(&self.max_headers) {
+            errors.add(
+                "http.max_headers",
+                format!("must be between 1 and {MAX_HEADERS}"),
+            );
         }
         HttpSettings {
             max_header_bytes: self.max_header_bytes.as_u64() as usize,
@@ -160,3 +166,9 @@ impl RawHttp {
 const H2_MAX_WINDOW: u32 = (1 << 31) - 1;
 /// Below one maximum-size frame a window only adds round trips.
 const H2_MIN_WINDOW: u32 = 16 * 1024;
+/// The largest request head accepted: a spool record holds header values of up to
+/// 64KiB, and `max_header_bytes` counts 32 bytes of overhead per field on top.
+const MAX_HEADER_BYTES: u64 = 64 * 1024;
+/// hyper parses up to twice this many fields (see `crate::http`); a request with more
+/// is no webhook.
+const MAX_HEADERS: usize = 256;

@@ -320,6 +320,27 @@ routes:
         assert!(fields.contains(&"routes[2].path".to_owned()), "{fields:?}");
     }
 
+    /// Every head the limits let through fits a spool record (64KiB per field).
+    #[test]
+    fn head_limits_stay_within_what_a_spool_record_holds() {
+        let with = |http: &str| GOOD.replace("routes:", &format!("http: {{ {http} }}\nroutes:"));
+        assert!(parse(&with("max_header_bytes: 64KiB, max_headers: 256")).is_ok());
+        for (bad, field) in [
+            ("max_header_bytes: 65KiB", "http.max_header_bytes"),
+            ("max_header_bytes: 512B", "http.max_header_bytes"),
+            ("max_headers: 257", "http.max_headers"),
+            ("max_headers: 0", "http.max_headers"),
+        ] {
+            let errors = errors_of(&with(bad));
+            assert_eq!(errors[0].0, field, "{bad}: {errors:?}");
+        }
+        let long_name = GOOD.replace(
+            "    provider: shopify",
+            &format!("    provider: shopify\n    name: {}", "n".repeat(129)),
+        );
+        assert_eq!(errors_of(&long_name)[0].0, "routes[2].name");
+    }
+
     #[test]
     fn a_route_holds_at_most_eight_secrets() {
         let secrets = |n: usize| {

@@ -123,6 +123,12 @@ pub(super) fn validate(
         if !names.insert(name.clone()) {
             errors.add(at("name"), "duplicates an earlier route's name");
         }
+        if name.is_empty() || name.len() > MAX_NAME_LEN {
+            errors.add(
+                at("name"),
+                format!("must be 1-{MAX_NAME_LEN} bytes (it is stored with every event)"),
+            );
+        }
         if let Some(route) = raw.validate(name, &at, segment_bytes, errors) {
             routes.push(route);
         }
@@ -287,5 +293,8 @@ fn scheme(
 const DEFAULT_MAX_BODY: ByteSize = ByteSize::mib(1);
 const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 const DEFAULT_DEDUPE_WINDOW: usize = 65_536;
-/// Room a spool record needs beyond its body (ids, headers, framing).
-const MAX_RECORD_OVERHEAD: u64 = 64 * 1024;
+/// Room a spool record needs beyond its body: a head of up to 64KiB (`http`'s bound),
+/// the key, pop and route name, framing.
+const MAX_RECORD_OVERHEAD: u64 = 72 * 1024;
+/// Longest route name (also a metric label).
+const MAX_NAME_LEN: usize = 128;

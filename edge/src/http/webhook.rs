@@ -255,14 +255,27 @@ fn answer_append(
             app.metrics.duplicate(&entry.name);
             ack(ack_status, seq, true)
         }
+        Err(AppendError::TooLarge) => {
+            app.metrics.reject("header_too_large");
+            json(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                r#"{"error":"request head too large to store"}"#,
+            )
+        }
         Err(e) => {
-            // Full and disk-full are logged once by the spool, not per request.
+            // Full and disk-full are logged once by the spool, not per request. The
+            // sender is told what it can act on; the log keeps the cause.
             if !matches!(e, AppendError::Full | AppendError::DiskFull) {
                 tracing::warn!(route = %entry.name, error = %e, "spool refused an event");
             }
+            let said = match e {
+                AppendError::Full => "spool full",
+                AppendError::DiskFull => "spool disk full",
+                _ => "spool unavailable",
+            };
             let mut response = json(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &format!(r#"{{"error":"{e}; retry later"}}"#),
+                &format!(r#"{{"error":"{said}; retry later"}}"#),
             );
             response
                 .headers_mut()

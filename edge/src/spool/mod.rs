@@ -63,6 +63,10 @@ pub enum AppendError {
     Failed(String),
     #[error("spool is shut down")]
     Closed,
+    /// The record has a field over the format's limits (the config's head limits
+    /// prevent it); the request is refused, nothing is stored.
+    #[error("request head over the spool record's limits")]
+    TooLarge,
 }
 
 impl AppendError {
@@ -73,6 +77,7 @@ impl AppendError {
             Self::DiskFull => "disk_full",
             Self::Failed(_) => "failed",
             Self::Closed => "closed",
+            Self::TooLarge => "too_large",
         }
     }
 }

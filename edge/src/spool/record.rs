@@ -54,6 +54,12 @@ pub struct RecordView<'a> {
     pub body: &'a [u8],
 }
 
+/// A record the format cannot hold: a string or header over 64 KiB, or too many headers.
+/// The config's head limits keep requests far below it; refused, never truncated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("record field over the spool format's limit")]
+pub struct FieldTooLarge;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameError {
     /// The bytes end before the frame does: a write that did not finish.
@@ -108,34 +114,43 @@ impl RecordView<'_> {
         }
     }
 
-    /// Appends this record as one frame to `out`; returns the frame's length.
-    /// Strings and header values longer than 64 KiB are the caller's bug (the HTTP layer
-    /// bounds them far lower), so they panic rather than corrupt the spool.
-    pub fn encode_frame(&self, out: &mut Vec<u8>) -> usize {
+    /// Appends this record as one frame to `out`; returns the frame's length. A record
+    /// the format cannot hold leaves `out` as it was.
+    pub fn encode_frame(&self, out: &mut Vec<u8>) -> Result<usize, FieldTooLarge> {
         let start = out.len();
+        let encoded = self.encode_at(out, start);
+        if encoded.is_err() {
+            out.truncate(start);
+        }
+        encoded
+    }
+
+    fn encode_at(&self, out: &mut Vec<u8>, start: usize) -> Result<usize, FieldTooLarge> {
         out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
         out.push(VERSION);
         out.extend_from_slice(&self.seq.to_le_bytes());
         out.extend_from_slice(&self.received_ms.to_le_bytes());
         out.push(if self.early { FLAG_EARLY } else { 0 });
-        put16(out, self.pop.as_bytes());
-        put16(out, self.route.as_bytes());
-        put16(out, self.event_id.as_bytes());
-        let count = u16::try_from(self.headers.len()).expect("header count fits u16");
+        put16(out, self.pop.as_bytes())?;
+        put16(out, self.route.as_bytes())?;
+        put16(out, self.event_id.as_bytes())?;
+        let count = u16::try_from(self.headers.len()).map_err(|_| FieldTooLarge)?;
         out.extend_from_slice(&count.to_le_bytes());
         for (name, value) in &self.headers {
-            put16(out, name.as_bytes());
-            put16(out, value);
+            put16(out, name.as_bytes())?;
+            put16(out, value)?;
         }
-        let body_len = u32::try_from(self.body.len()).expect("body fits u32");
+        let body_len = u32::try_from(self.body.len()).map_err(|_| FieldTooLarge)?;
         out.extend_from_slice(&body_len.to_le_bytes());
         out.extend_from_slice(self.body);
         let payload_len = out.len() - start - FRAME_HEADER_LEN;
+        if payload_len > MAX_PAYLOAD_LEN {
+            return Err(FieldTooLarge);
+        }
         let crc = crc32c::crc32c(&out[start + FRAME_HEADER_LEN..]);
-        let len = u32::try_from(payload_len).expect("payload fits u32");
-        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+        out[start..start + 4].copy_from_slice(&(payload_len as u32).to_le_bytes());
         out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        out.len() - start
+        Ok(out.len() - start)
     }
 }
 
@@ -209,10 +224,11 @@ fn decode_payload(payload: &[u8]) -> Result<RecordView<'_>, &'static str> {
     })
 }
 
-fn put16(out: &mut Vec<u8>, bytes: &[u8]) {
-    let len = u16::try_from(bytes.len()).expect("field fits u16");
+fn put16(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), FieldTooLarge> {
+    let len = u16::try_from(bytes.len()).map_err(|_| FieldTooLarge)?;
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(bytes);
+    Ok(())
 }
 
 struct Cursor<'a>(&'a [u8]);
@@ -273,7 +289,7 @@ pub(crate) mod tests {
     fn round_trip() {
         let record = sample(42, "delivery-42");
         let mut buf = Vec::new();
-        let len = record.view().encode_frame(&mut buf);
+        let len = record.view().encode_frame(&mut buf).unwrap();
         assert_eq!(len, buf.len());
         let (decoded, used) = decode_frame(&buf).unwrap();
         assert_eq!(used, len);
@@ -281,9 +297,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_field_over_its_limit_is_refused_and_leaves_the_buffer_as_it_was() {
+        let mut buf = b"before".to_vec();
+        let mut big_header = sample(2, "h");
+        big_header
+            .headers
+            .push(("x-github-big".into(), vec![b'a'; 65_536]));
+        assert_eq!(big_header.view().encode_frame(&mut buf), Err(FieldTooLarge));
+        let mut many = sample(3, "n");
+        many.headers = vec![("x".into(), Vec::new()); 65_536];
+        assert_eq!(many.view().encode_frame(&mut buf), Err(FieldTooLarge));
+        assert_eq!(buf, b"before");
+        let mut at_limit = sample(4, "l");
+        at_limit
+            .headers
+            .push(("x-github-big".into(), vec![b'a'; 65_535]));
+        let len = at_limit.view().encode_frame(&mut buf).unwrap();
+        let (decoded, used) = decode_frame(&buf[6..]).unwrap();
+        assert_eq!((decoded.to_owned_record(), used), (at_limit, len));
+    }
+
+    #[test]
     fn every_truncation_is_torn() {
         let mut buf = Vec::new();
-        sample(1, "a").view().encode_frame(&mut buf);
+        sample(1, "a").view().encode_frame(&mut buf).unwrap();
         for cut in 0..buf.len() {
             assert_eq!(
                 decode_frame(&buf[..cut]).unwrap_err(),
@@ -296,7 +333,7 @@ pub(crate) mod tests {
     #[test]
     fn every_flipped_byte_is_detected() {
         let mut buf = Vec::new();
-        sample(7, "flip").view().encode_frame(&mut buf);
+        sample(7, "flip").view().encode_frame(&mut buf).unwrap();
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x40;
@@ -310,7 +347,7 @@ pub(crate) mod tests {
     #[test]
     fn unknown_flags_are_corrupt() {
         let mut buf = Vec::new();
-        sample(3, "flags").view().encode_frame(&mut buf);
+        sample(3, "flags").view().encode_frame(&mut buf).unwrap();
         let flags_at = FRAME_HEADER_LEN + 1 + 8 + 8;
         buf[flags_at] |= 0b110;
         let crc = crc32c::crc32c(&buf[FRAME_HEADER_LEN..]);
@@ -328,7 +365,7 @@ pub(crate) mod tests {
         record.headers.clear();
         record.body.clear();
         let mut buf = Vec::new();
-        record.view().encode_frame(&mut buf);
+        record.view().encode_frame(&mut buf).unwrap();
         assert!(!is_unwritten(buf[..FRAME_HEADER_LEN].try_into().unwrap()));
         assert!(is_unwritten(&[0; FRAME_HEADER_LEN]));
     }
@@ -355,7 +392,7 @@ pub(crate) mod tests {
         ) {
             let record = Record { seq, received_ms: ms, early, pop: "p".into(), route: "r".into(), event_id: id, headers, body };
             let mut buf = Vec::new();
-            record.view().encode_frame(&mut buf);
+            record.view().encode_frame(&mut buf).unwrap();
             let (decoded, used) = decode_frame(&buf).unwrap();
             prop_assert_eq!(used, buf.len());
             prop_assert_eq!(decoded.to_owned_record(), record);

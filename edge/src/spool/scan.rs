@@ -108,7 +108,8 @@ mod tests {
         for seq in 1..=n {
             sample(seq, &format!("id-{seq}"))
                 .view()
-                .encode_frame(&mut buf);
+                .encode_frame(&mut buf)
+                .unwrap();
             ends.push(buf.len());
         }
         (buf, ends)
@@ -214,9 +215,9 @@ mod tests {
     #[test]
     fn sequence_must_increase() {
         let mut buf = SEGMENT_MAGIC.to_vec();
-        sample(5, "a").view().encode_frame(&mut buf);
+        sample(5, "a").view().encode_frame(&mut buf).unwrap();
         let end = buf.len();
-        sample(5, "b").view().encode_frame(&mut buf);
+        sample(5, "b").view().encode_frame(&mut buf).unwrap();
         let scan = scan_segment(&buf);
         assert_eq!(scan.records.len(), 1);
         assert_eq!(

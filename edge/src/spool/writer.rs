@@ -218,7 +218,11 @@ impl Writer {
             }
             let seq = self.next_seq;
             frame.clear();
-            let len = self.view(event, seq).encode_frame(&mut frame) as u64;
+            let Ok(len) = self.view(event, seq).encode_frame(&mut frame) else {
+                outcomes.push(Err(AppendError::TooLarge));
+                continue;
+            };
+            let len = len as u64;
             if self.total_bytes + batch_bytes + len > self.max_bytes {
                 outcomes.push(Err(AppendError::Full));
                 continue;
