@@ -54,7 +54,7 @@ enum Command {
 fn main() -> ExitCode {
     // stdout belongs to ExaBGP's process API: logs go to stderr.
     edge_kit::logging::init();
-    bgp_agent::exit_on_panic();
+    edge_kit::panic::exit_on_panic();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -2,21 +2,44 @@
 //! process is alive), `/readyz` (this PoP can accept and store events: the BGP agent
 //! withdraws the prefix when it fails) and `/metrics`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use edge_kit::admin::Answer;
 use http::StatusCode;
 use tokio::net::TcpListener;
+use tokio::task::AbortHandle;
 
 use crate::metrics::Metrics;
 use crate::spool::Spool;
 
-/// Process-level readiness flags.
+/// Process-level readiness: flags, and the tasks that must run as long as the process.
 #[derive(Debug, Default)]
 pub struct Readiness {
     pub listening: AtomicBool,
     pub draining: AtomicBool,
+    long_lived: Mutex<Vec<(&'static str, AbortHandle)>>,
+}
+
+impl Readiness {
+    /// From now on `/readyz` fails with `stopped` once `task` has ended: a PoP whose
+    /// spool writer, backhaul, shed ledger or reload watcher is gone must withdraw.
+    pub fn watch(&self, task: AbortHandle, stopped: &'static str) {
+        self.tasks().push((stopped, task));
+    }
+
+    /// What the first long-lived task found stopped says.
+    pub fn stopped_task(&self) -> Option<&'static str> {
+        self.tasks()
+            .iter()
+            .find(|(_, task)| task.is_finished())
+            .map(|(stopped, _)| *stopped)
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, AbortHandle)>> {
+        // Plain data: consistent whatever a panicking holder did.
+        self.long_lived.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 pub struct Admin {
@@ -57,7 +80,33 @@ impl Admin {
         } else if !self.readiness.listening.load(Ordering::Acquire) {
             Some("listeners not up")
         } else {
-            self.spool.unready_reason()
+            self.readiness
+                .stopped_task()
+                .or_else(|| self.spool.unready_reason())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn readiness_names_the_first_long_lived_task_that_stopped() {
+        let readiness = Readiness::default();
+        let forever = tokio::spawn(std::future::pending::<()>());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let until_told = tokio::spawn(async move {
+            let _ = stopped.await;
+        });
+        readiness.watch(forever.abort_handle(), "spool writer stopped");
+        readiness.watch(until_told.abort_handle(), "backhaul stopped");
+        assert_eq!(readiness.stopped_task(), None);
+        drop(stop);
+        until_told.await.unwrap();
+        assert_eq!(readiness.stopped_task(), Some("backhaul stopped"));
+        forever.abort();
+        let _ = forever.await;
+        assert_eq!(readiness.stopped_task(), Some("spool writer stopped"));
     }
 }

@@ -55,6 +55,7 @@ enum Command {
 
 fn main() -> ExitCode {
     edge_kit::logging::init();
+    edge_kit::panic::exit_on_panic();
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { config } => match edge::config::load(&config) {

@@ -48,6 +48,12 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     };
     let admission = start_admission(&settings, &metrics, sink.clone());
     let readiness = Arc::new(Readiness::default());
+    if let Some(writer) = spool.writer_task() {
+        readiness.watch(writer, "spool writer stopped");
+    }
+    if let Some(ledger) = admission.ledger_task() {
+        readiness.watch(ledger, "shed ledger stopped");
+    }
     let admin = Arc::new(Admin {
         readiness: Arc::clone(&readiness),
         spool: Arc::clone(&spool),
@@ -72,8 +78,9 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     };
     let server = Arc::new(Server::new(live, &settings, server_metrics));
     let backhaul = sink.map(|sink| Backhaul::start(&settings, sink, &spool, &metrics));
-    if backhaul.is_none() {
-        tracing::warn!("no backhaul configured: events stay in the spool");
+    match &backhaul {
+        Some(backhaul) => readiness.watch(backhaul.task.abort_handle(), "backhaul stopped"),
+        None => tracing::warn!("no backhaul configured: events stay in the spool"),
     }
     let reloader = Reloader::new(
         path,
@@ -82,7 +89,8 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         metrics.reload.clone(),
         shared_tickets,
     );
-    tokio::spawn(reloader.run().in_current_span());
+    let reloading = tokio::spawn(reloader.run().in_current_span());
+    readiness.watch(reloading.abort_handle(), "config reload watcher stopped");
     let (stop, stopped) = watch::channel(false);
     let accepting = tokio::spawn(server.run(listeners, stopped).in_current_span());
     readiness.listening.store(true, Ordering::Release);

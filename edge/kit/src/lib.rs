@@ -8,4 +8,5 @@ pub mod clock;
 pub mod config_file;
 pub mod logging;
 pub mod metrics;
+pub mod panic;
 pub mod signals;

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 
 /// Where the ledger's lines go: the backhaul's sink to the origin.
 pub trait ShedShipper: Send + Sync + 'static {
@@ -47,6 +48,7 @@ pub struct ShedEntry {
 pub struct Ledger {
     entries: mpsc::Sender<ShedEntry>,
     dropped: Counter,
+    task: AbortHandle,
 }
 
 impl Ledger {
@@ -66,8 +68,17 @@ impl Ledger {
             dropped: dropped.clone(),
             shipped: None,
         };
-        tokio::spawn(task.run(incoming));
-        Ledger { entries, dropped }
+        let task = tokio::spawn(task.run(incoming)).abort_handle();
+        Ledger {
+            entries,
+            dropped,
+            task,
+        }
+    }
+
+    /// The task that keeps and ships the entries, which runs for the life of the process.
+    pub fn task(&self) -> AbortHandle {
+        self.task.clone()
     }
 
     pub fn record(&self, entry: ShedEntry) {

@@ -104,6 +104,11 @@ impl Admission {
         })
     }
 
+    /// The shed ledger's task, when there is a ledger.
+    pub fn ledger_task(&self) -> Option<tokio::task::AbortHandle> {
+        self.ledger.as_ref().map(Ledger::task)
+    }
+
     /// Writes a refused request that claims a delivery id into the shed ledger.
     pub fn record_shed(&self, entry: ShedEntry) {
         if let Some(ledger) = &self.ledger {

@@ -201,6 +201,12 @@ impl Spool {
         self.shared.bytes.load(Ordering::Acquire) as f64 / self.shared.max_bytes as f64
     }
 
+    /// The writer task, which runs until [`Spool::close`].
+    pub fn writer_task(&self) -> Option<tokio::task::AbortHandle> {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        task.as_ref().map(JoinHandle::abort_handle)
+    }
+
     /// Why the spool cannot take new events, if it cannot (for readiness).
     pub fn unready_reason(&self) -> Option<&'static str> {
         if self.shared.failed.load(Ordering::Acquire) {

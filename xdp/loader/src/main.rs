@@ -43,6 +43,7 @@ enum Command {
 
 fn main() -> ExitCode {
     edge_kit::logging::init();
+    edge_kit::panic::exit_on_panic();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
