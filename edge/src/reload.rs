@@ -96,10 +96,12 @@ impl Reloader {
     fn apply(&mut self) -> anyhow::Result<i64> {
         let text = std::fs::read_to_string(&self.path)
             .with_context(|| format!("{}: (file)", self.path.display()))?;
-        let settings = config::parse(&text).map_err(|errors| config::ConfigErrors {
-            file: self.path.clone(),
-            errors,
-        })?;
+        let files = config::SecretFiles::for_config(Some(&self.path));
+        let settings =
+            config::parse_with(&text, &files).map_err(|errors| config::ConfigErrors {
+                file: self.path.clone(),
+                errors,
+            })?;
         let yaml: serde_yaml::Value = serde_yaml::from_str(&text).context("parsed once already")?;
         let needs_restart = config::restart_only_changes(&self.running, &yaml);
         let running = self.server.live.load_full();

@@ -21,7 +21,9 @@ pub fn load<T>(
 }
 
 /// Deserializes YAML text into the raw config type `R`; a type error or an unknown key is
-/// reported with the path of the field (`routes[2].max_bdy`).
+/// reported with the path of the field (`routes[2].max_bdy`). The message of a field
+/// named in [`SECRET_FIELDS`] never shows the value it found: it ends up in journals
+/// and deployment logs.
 pub fn parse_yaml<R: serde::de::DeserializeOwned>(text: &str) -> Result<R, Vec<(String, String)>> {
     let deserializer = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
@@ -29,8 +31,36 @@ pub fn parse_yaml<R: serde::de::DeserializeOwned>(text: &str) -> Result<R, Vec<(
             top if top == "." => "(top level)".to_owned(),
             field => field,
         };
-        vec![(field, e.into_inner().to_string())]
+        let message = e.into_inner().to_string();
+        let message = if is_secret_field(&field) {
+            without_value(&message)
+        } else {
+            message
+        };
+        vec![(field, message)]
     })
+}
+
+/// Config fields that hold secrets, at any depth (`routes[0].secrets[1]`,
+/// `backhaul.nats.token`).
+pub const SECRET_FIELDS: &[&str] = &["secrets", "token", "nkey", "password"];
+
+fn is_secret_field(path: &str) -> bool {
+    path.split('.').any(|segment| {
+        let name = segment.split('[').next().unwrap_or(segment);
+        SECRET_FIELDS.contains(&name)
+    })
+}
+
+/// A deserializer's message without the value it found (serde says "invalid type:
+/// string \"…\", expected …"): only what was expected, and where.
+fn without_value(message: &str) -> String {
+    match message.split_once(", expected ") {
+        Some((_, expected)) => {
+            format!("wrong value (not shown: a secret field), expected {expected}")
+        }
+        None => "wrong value (not shown: a secret field)".to_owned(),
+    }
 }
 
 /// Collects every `(field, message)` a validation finds, so a file is refused with all
@@ -80,6 +110,40 @@ impl std::error::Error for ConfigErrors {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Raw {
+        routes: Vec<RawRoute>,
+        name: Option<String>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct RawRoute {
+        secrets: Vec<String>,
+        max: Option<u32>,
+    }
+
+    #[test]
+    fn a_wrong_secret_is_named_but_never_shown() {
+        for text in [
+            "routes: [{secrets: \"hunter2-unlisted\"}]",
+            "routes: [{secrets: [[\"hunter2-nested\"]]}]",
+            "routes: [{secrets: {hunter2-map: 1}}]",
+        ] {
+            let errors = parse_yaml::<Raw>(text).unwrap_err();
+            let (field, message) = &errors[0];
+            assert!(field.starts_with("routes[0].secrets"), "{errors:?}");
+            assert!(!message.contains("hunter2"), "{errors:?}");
+            assert!(message.contains("not shown"), "{errors:?}");
+        }
+        let errors = parse_yaml::<Raw>("routes: [{secrets: [], max: lots}]").unwrap_err();
+        assert!(
+            errors[0].1.contains("lots"),
+            "other fields keep their detail: {errors:?}"
+        );
+    }
 
     #[test]
     fn every_error_names_file_and_field() {

@@ -9,4 +9,5 @@ pub mod config_file;
 pub mod logging;
 pub mod metrics;
 pub mod panic;
+pub mod secret;
 pub mod signals;

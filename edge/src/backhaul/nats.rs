@@ -44,10 +44,10 @@ impl NatsSink {
             None => async_nats::ConnectOptions::new(),
         };
         if let Some(token) = &settings.token {
-            options = options.token(token.clone());
+            options = options.token(token.expose().clone());
         }
         if let Some(seed) = &settings.nkey {
-            options = options.nkey(seed.clone());
+            options = options.nkey(seed.expose().clone());
         }
         if let Some(tls) = &settings.tls {
             options = options.require_tls(true);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use edge_kit::config_file::FieldErrors;
+use edge_kit::secret::Secret;
 use serde::Deserialize;
 
 #[derive(Clone, Debug)]
@@ -52,8 +53,8 @@ pub struct NatsSettings {
     #[serde(default = "NatsSettings::default_subject")]
     pub subject: String,
     pub credentials: Option<PathBuf>,
-    pub token: Option<String>,
-    pub nkey: Option<String>,
+    pub token: Option<Secret<String>>,
+    pub nkey: Option<Secret<String>>,
     pub tls: Option<ClientTls>,
     /// Publish to PubAck, and the stream look-up, per attempt. Default 5s.
     #[serde(default = "default_publish_timeout", with = "humantime_serde")]

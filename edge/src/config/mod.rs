@@ -25,7 +25,7 @@ pub use edge_kit::config_file::ConfigErrors;
 use edge_kit::config_file::FieldErrors;
 pub use http::HttpSettings;
 pub use listener::ListenerSettings;
-pub use routes::{EarlyDataPolicy, Route, default_priority};
+pub use routes::{EarlyDataPolicy, Route, SecretFiles, default_priority};
 pub use spool::SpoolSettings;
 pub use tls::{Identity, SessionTickets, SniCert, TlsSettings, TlsVersion};
 
@@ -51,12 +51,19 @@ pub struct Settings {
 }
 
 pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
-    edge_kit::config_file::load(path, parse)
+    let files = SecretFiles::for_config(Some(path));
+    edge_kit::config_file::load(path, |text| parse_with(text, &files))
 }
 
-/// Parses and validates YAML text; errors are `(field path, message)` pairs.
+/// Parses and validates YAML text; errors are `(field path, message)` pairs. A relative
+/// `secrets_file` is read under `$CREDENTIALS_DIRECTORY` or the working directory.
 pub fn parse(text: &str) -> Result<Settings, Vec<(String, String)>> {
-    edge_kit::config_file::parse_yaml::<RawConfig>(text)?.validate()
+    parse_with(text, &SecretFiles::for_config(None))
+}
+
+/// [`parse`], with `secrets_file`s looked for where `files` says.
+pub fn parse_with(text: &str, files: &SecretFiles) -> Result<Settings, Vec<(String, String)>> {
+    edge_kit::config_file::parse_yaml::<RawConfig>(text)?.validate(files)
 }
 
 /// The settings of `new` (a config file as YAML) that differ from `running` and change
@@ -133,7 +140,7 @@ struct RawConfig {
 }
 
 impl RawConfig {
-    fn validate(self) -> Result<Settings, Vec<(String, String)>> {
+    fn validate(self, files: &SecretFiles) -> Result<Settings, Vec<(String, String)>> {
         let mut errors = FieldErrors::default();
         let pop_ok = !self.pop.is_empty()
             && self.pop.len() <= 64
@@ -155,7 +162,7 @@ impl RawConfig {
             .admission
             .validate(&self.connections.trusted, &mut errors);
         let connections = self.connections.validate(&mut errors);
-        let routes = routes::validate(self.routes, spool.segment_bytes, &mut errors);
+        let routes = routes::validate(self.routes, spool.segment_bytes, files, &mut errors);
         let backhaul = self.backhaul.and_then(|raw| raw.validate(&mut errors));
         errors.into_result(|| Settings {
             pop: self.pop,
@@ -354,6 +361,50 @@ routes:
         let errors = errors_of(&secrets(9));
         assert_eq!(errors[0].0, "routes[0].secrets", "{errors:?}");
         assert!(errors[0].1.contains("at most 8"), "{errors:?}");
+    }
+
+    #[test]
+    fn secrets_can_come_from_a_file_named_relative_to_the_credentials_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("github"),
+            "# rotated 2026-12\nnew-secret\n\nold-secret\n",
+        )
+        .unwrap();
+        let text = GOOD.replace(
+            r#"secrets: ["s3cret", "old-s3cret"]"#,
+            "secrets_file: github",
+        );
+        let from = |credentials: Option<&Path>, config: Option<&Path>| SecretFiles {
+            credentials_dir: credentials.map(Path::to_owned),
+            config_dir: config.map(Path::to_owned),
+        };
+        let settings = parse_with(&text, &from(Some(dir.path()), None)).unwrap();
+        let shown = format!("{:?}", settings.routes[0].verifier);
+        assert!(shown.contains("<2 redacted>"), "{shown}");
+        assert!(parse_with(&text, &from(None, Some(dir.path()))).is_ok());
+
+        let errors = parse_with(&text, &from(Some(Path::new("/nonexistent")), None)).unwrap_err();
+        assert_eq!(errors[0].0, "routes[0].secrets_file", "{errors:?}");
+        assert!(errors[0].1.contains("/nonexistent/github"), "{errors:?}");
+        std::fs::write(dir.path().join("empty"), "# none yet\n").unwrap();
+        let empty = text.replace("secrets_file: github", "secrets_file: empty");
+        let errors = parse_with(&empty, &from(Some(dir.path()), None)).unwrap_err();
+        assert_eq!(errors[0].0, "routes[0].secrets_file", "{errors:?}");
+        let both = text.replace(
+            "secrets_file: github",
+            "secrets_file: github\n    secrets: [x]",
+        );
+        let errors = parse_with(&both, &from(Some(dir.path()), None)).unwrap_err();
+        assert_eq!(errors[0].0, "routes[0].secrets_file", "{errors:?}");
+    }
+
+    #[test]
+    fn a_secret_of_the_wrong_type_is_named_not_echoed() {
+        let text = GOOD.replace(r#"["s3cret", "old-s3cret"]"#, r#""hunter2-in-the-log""#);
+        let errors = errors_of(&text);
+        assert_eq!(errors[0].0, "routes[0].secrets", "{errors:?}");
+        assert!(!errors[0].1.contains("hunter2"), "{errors:?}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! it does with 0-RTT, and its admission priority and rate limit.
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytesize::ByteSize;
@@ -59,8 +60,14 @@ pub(super) struct RawRoute {
     /// Default: the path without its first `/`, other `/` as `_`.
     name: Option<String>,
     provider: Provider,
-    /// Every secret is tried: rotate by adding the new one first.
+    /// Every secret is tried: rotate by adding the new one first. At most 8.
+    #[serde(default)]
     secrets: Vec<String>,
+    /// Or: a file with one secret per line (blank lines and `#` comments skipped), so
+    /// the config itself holds none. Read at start and at every reload. A relative path
+    /// is taken under `$CREDENTIALS_DIRECTORY` when systemd set it (`LoadCredential=`),
+    /// under the config file's directory otherwise.
+    secrets_file: Option<PathBuf>,
     /// Default 1MiB.
     max_body: Option<ByteSize>,
     /// Default 202 (200 for Shopify).
@@ -103,6 +110,7 @@ struct RawHmac {
 pub(super) fn validate(
     raw: Vec<RawRoute>,
     segment_bytes: u64,
+    files: &SecretFiles,
     errors: &mut FieldErrors,
 ) -> Vec<Route> {
     if raw.is_empty() {
@@ -129,7 +137,7 @@ pub(super) fn validate(
                 format!("must be 1-{MAX_NAME_LEN} bytes (it is stored with every event)"),
             );
         }
-        if let Some(route) = raw.validate(name, &at, segment_bytes, errors) {
+        if let Some(route) = raw.validate(name, &at, segment_bytes, files, errors) {
             routes.push(route);
         }
     }
@@ -142,12 +150,29 @@ impl RawRoute {
         name: String,
         at: &dyn Fn(&str) -> String,
         segment_bytes: u64,
+        files: &SecretFiles,
         errors: &mut FieldErrors,
     ) -> Option<Route> {
         if !self.path.starts_with('/') || self.path.contains('?') {
             errors.add(at("path"), "must start with / and have no query");
         }
-        let keys = secret_keys(self.provider, &self.secrets, at, errors);
+        let keys = match (self.secrets_file, self.secrets.is_empty()) {
+            (None, _) => secret_keys(self.provider, &self.secrets, "secrets", at, errors),
+            (Some(file), true) => match files.read(&file) {
+                Ok(secrets) => secret_keys(self.provider, &secrets, "secrets_file", at, errors),
+                Err(e) => {
+                    errors.add(at("secrets_file"), e);
+                    Vec::new()
+                }
+            },
+            (Some(_), false) => {
+                errors.add(
+                    at("secrets_file"),
+                    "set either secrets or secrets_file, not both",
+                );
+                Vec::new()
+            }
+        };
         let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY).as_u64();
         if max_body == 0 {
             errors.add(at("max_body"), "must be greater than zero");
@@ -205,18 +230,57 @@ impl RawRoute {
     }
 }
 
-/// The keys behind a route's secrets (Standard Webhooks secrets are `whsec_` + base64).
+/// Where a route's `secrets_file` is looked for (see [`RawRoute`]'s field).
+#[derive(Clone, Debug, Default)]
+pub struct SecretFiles {
+    /// `$CREDENTIALS_DIRECTORY`, when systemd set it.
+    pub credentials_dir: Option<PathBuf>,
+    /// The directory of the config file.
+    pub config_dir: Option<PathBuf>,
+}
+
+impl SecretFiles {
+    /// For a config file at `config`, in this process's environment.
+    pub fn for_config(config: Option<&Path>) -> Self {
+        Self {
+            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+            config_dir: config.and_then(Path::parent).map(Path::to_owned),
+        }
+    }
+
+    /// The secrets in `file`, one a line. The error names the file, never its content.
+    fn read(&self, file: &Path) -> Result<Vec<String>, String> {
+        let path = match (&self.credentials_dir, &self.config_dir) {
+            _ if file.is_absolute() => file.to_owned(),
+            (Some(credentials), _) => credentials.join(file),
+            (None, Some(config)) => config.join(file),
+            (None, None) => file.to_owned(),
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
+            .map(str::to_owned)
+            .collect())
+    }
+}
+
+/// The keys behind a route's secrets (Standard Webhooks secrets are `whsec_` + base64);
+/// `field` is where they came from, for errors.
 fn secret_keys(
     provider: Provider,
     secrets: &[String],
+    field: &str,
     at: &dyn Fn(&str) -> String,
     errors: &mut FieldErrors,
 ) -> Vec<Vec<u8>> {
     if secrets.is_empty() {
-        errors.add(at("secrets"), "must not be empty");
+        errors.add(at(field), "must not be empty");
     } else if secrets.len() > verify::MAX_SECRETS {
         errors.add(
-            at("secrets"),
+            at(field),
             format!(
                 "at most {} secrets (each costs a MAC over every body)",
                 verify::MAX_SECRETS
@@ -226,12 +290,12 @@ fn secret_keys(
     let mut keys = Vec::new();
     for (j, secret) in secrets.iter().enumerate() {
         if secret.is_empty() {
-            errors.add(at(&format!("secrets[{j}]")), "must not be empty");
+            errors.add(at(&format!("{field}[{j}]")), "must not be empty");
         } else if provider == Provider::Standard {
             match verify::decode_standard_secret(secret) {
                 Some(key) => keys.push(key),
                 None => errors.add(
-                    at(&format!("secrets[{j}]")),
+                    at(&format!("{field}[{j}]")),
                     "must be whsec_ followed by base64",
                 ),
             }

@@ -283,7 +283,47 @@ impl std::fmt::Debug for Edge {
 impl Drop for Edge {
     fn drop(&mut self) {
         self.kill9();
+        if !std::thread::panicking() {
+            self.assert_no_secret_in_logs();
+        }
     }
+}
+
+impl Edge {
+    /// No run of this edge wrote a secret of its config into its log: every test that
+    /// starts an edge checks this when it ends.
+    fn assert_no_secret_in_logs(&self) {
+        let config = std::fs::read_to_string(&self.config).unwrap_or_default();
+        let secrets = config_secrets(&config);
+        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !(name.starts_with("edge-") && name.ends_with(".log")) {
+                continue;
+            }
+            let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            for secret in &secrets {
+                assert!(
+                    !log.contains(secret.as_str()),
+                    "the secret {secret:?} is in {name}"
+                );
+            }
+        }
+    }
+}
+
+/// Every route secret in a config's text (those long enough not to occur by chance).
+pub fn config_secrets(config: &str) -> Vec<String> {
+    let yaml: serde_yaml::Value = serde_yaml::from_str(config).unwrap_or_default();
+    let routes = yaml.get("routes").and_then(|r| r.as_sequence());
+    routes
+        .into_iter()
+        .flatten()
+        .filter_map(|route| route.get("secrets")?.as_sequence())
+        .flatten()
+        .filter_map(|secret| secret.as_str())
+        .filter(|secret| secret.len() >= 6)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A minimal HTTP/1.0 GET against the admin listener.
