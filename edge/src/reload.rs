@@ -1,6 +1,6 @@
 //! `SIGHUP` (`systemctl reload`): re-read the config file and apply what can change
 //! without a restart — routes and secrets, certificates and TLS settings, body and
-//! request limits. The file is validated exactly as `check-config` does; an invalid one
+//! request limits, admission control (the limiter keeps what it learnt). The file is validated exactly as `check-config` does; an invalid one
 //! is refused with every bad field named and the running config keeps serving. Settings
 //! that only change at a restart are named in a warning and keep their running values.
 //! Shared session-ticket keys are re-read on the same signal, and when their file changes.
@@ -114,6 +114,10 @@ impl Reloader {
             );
         }
         self.spool.set_windows(dedupe_windows(&settings));
+        running
+            .app
+            .admission
+            .reconfigure(settings.admission.clone());
         let live = Live {
             app: Arc::new(App::new(
                 &settings,
@@ -129,7 +133,7 @@ impl Reloader {
         self.metrics.generation.inc();
         tracing::info!(
             routes = settings.routes.len(),
-            "routes, secrets, certificates and limits now in force"
+            "routes, secrets, certificates, limits and admission now in force"
         );
         Ok(self.metrics.generation.get())
     }

@@ -102,6 +102,28 @@ fn reload_under_load_changes_certificate_routes_and_secrets_without_a_failed_req
     );
 }
 
+/// `admission.*` is in force after a reload, not only reported so: the limit follows
+/// the new bounds at once, no restart is asked for, and requests are served.
+#[test]
+fn a_reload_puts_new_admission_limits_in_force() {
+    let edge = Edge::start("", "");
+    let limit = || edge.metric("webhook_ingress_concurrency_limit{");
+    assert_eq!(limit(), 64.0, "the default initial limit");
+    let text = std::fs::read_to_string(&edge.config).unwrap();
+    let tight = format!("{text}admission:\n  initial_limit: 3\n  min_limit: 1\n  max_limit: 3\n");
+    reload(&edge, &tight, 2);
+    assert_eq!(limit(), 3.0);
+    assert!(
+        !edge.log_text().contains("change only at a restart"),
+        "{}",
+        edge.log_text()
+    );
+    assert_eq!(
+        post(&edge, "/hooks/github", GITHUB_SECRET, "after-reload"),
+        202
+    );
+}
+
 /// Writes `config`, sends SIGHUP and waits until generation `generation` is in force.
 fn reload(edge: &Edge, config: &str, generation: u32) {
     std::fs::write(&edge.config, config).unwrap();

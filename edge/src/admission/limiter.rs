@@ -185,6 +185,13 @@ impl Limiter {
         }
     }
 
+    /// New settings from a reload. What was learnt stays: the limit (moved into the new
+    /// bounds), the latency averages, the queue and the bodies being read.
+    pub fn reconfigure(&mut self, settings: Settings) {
+        self.limit = self.limit.clamp(settings.min_limit, settings.max_limit);
+        self.settings = settings;
+    }
+
     /// Asked before reading a body, so shedding costs no body bytes: the rules of
     /// [`Limiter::acquire`], with the requests already reading bodies counted as wanting
     /// slots. `Ok` lets the request read its body: its claim counts as reading until
@@ -429,6 +436,34 @@ mod tests {
             max_queue: 4,
             ..Settings::default()
         }
+    }
+
+    #[test]
+    fn a_reload_keeps_the_learnt_limit_inside_the_new_bounds() {
+        let mut l = busy();
+        for _ in 0..4 {
+            assert!(matches!(
+                l.acquire(ms(0), Priority::High),
+                Decision::Queued(_)
+            ));
+        }
+        l.reconfigure(Settings {
+            max_limit: 6.0,
+            max_queue: 2,
+            ..settings()
+        });
+        assert_eq!((l.limit(), l.inflight(), l.queued()), (6, 10, 4));
+        assert_eq!(
+            l.acquire(ms(1), Priority::High),
+            Decision::Shed(ShedReason::QueueFull),
+            "the new queue bound holds at once"
+        );
+        l.reconfigure(Settings {
+            min_limit: 50.0,
+            initial_limit: 50.0,
+            ..settings()
+        });
+        assert_eq!(l.limit(), 50);
     }
 
     /// A limiter whose 10 slots are all taken at 0 ms.

@@ -55,7 +55,6 @@ pub enum Refusal {
 }
 
 pub struct Admission {
-    settings: AdmissionSettings,
     origin: Instant,
     state: Mutex<State>,
     metrics: AdmissionMetrics,
@@ -63,6 +62,8 @@ pub struct Admission {
 }
 
 struct State {
+    /// Replaced by a reload ([`Admission::reconfigure`]).
+    settings: AdmissionSettings,
     limiter: Limiter,
     waiters: HashMap<Ticket, oneshot::Sender<Answer>>,
     rates: RateLimits<Arc<str>>,
@@ -81,6 +82,8 @@ pub struct Permit {
     admission: Arc<Admission>,
     since: Instant,
     worked: bool,
+    /// Counted by the limiter (admission was on when it was given).
+    counted: bool,
 }
 
 impl Admission {
@@ -96,12 +99,23 @@ impl Admission {
                 limiter: Limiter::new(settings.limiter.clone()),
                 waiters: HashMap::new(),
                 rates: RateLimits::default(),
+                settings,
             }),
-            settings,
             origin: Instant::now(),
             metrics,
             ledger,
         })
+    }
+
+    /// Settings from a reload, in force for the next request. The limiter keeps what it
+    /// learnt (see [`Limiter::reconfigure`]); the rate-limit exemption stays with the
+    /// running `connections.trusted`, which changes only at a restart.
+    pub fn reconfigure(&self, mut settings: AdmissionSettings) {
+        let mut state = self.state();
+        settings.trusted = std::mem::take(&mut state.settings.trusted);
+        state.limiter.reconfigure(settings.limiter.clone());
+        state.settings = settings;
+        self.publish(&state);
     }
 
     /// The shed ledger's task, when there is a ledger.
@@ -127,13 +141,13 @@ impl Admission {
         source: IpAddr,
         spool_fill: f64,
     ) -> Result<BodyClaim, Refusal> {
-        if !self.settings.enabled {
+        let now = self.now();
+        let mut state = self.state();
+        if !state.settings.enabled {
             return Ok(BodyClaim { admission: None });
         }
-        let now = self.now();
-        let mut state = self.state.lock().expect("admission state");
         if let Some(rate) = rate
-            && !self
+            && !state
                 .settings
                 .trusted
                 .iter()
@@ -144,7 +158,7 @@ impl Admission {
             self.metrics.shed(priority, "rate_limited");
             return Err(Refusal::RateLimited(wait));
         }
-        let head = match spool_pressure(&self.settings, priority, spool_fill) {
+        let head = match spool_pressure(&state.settings, priority, spool_fill) {
             Some(reason) => Err(reason),
             None => state.limiter.head(now, priority),
         };
@@ -166,12 +180,13 @@ impl Admission {
     /// After the body: a slot, possibly after waiting in the queue up to `max_wait`.
     pub async fn acquire(self: &Arc<Self>, priority: Priority) -> Result<Permit, ShedReason> {
         let started = Instant::now();
-        if !self.settings.enabled {
-            return Ok(self.admitted(started));
-        }
         match self.enter(priority) {
-            Entry::Admitted => Ok(self.admitted(started)),
-            Entry::Queued(ticket, granted) => self.wait(ticket, granted, priority, started).await,
+            Entry::Unlimited => Ok(self.admitted(started, false)),
+            Entry::Admitted => Ok(self.admitted(started, true)),
+            Entry::Queued(ticket, granted, max_wait) => {
+                self.wait(ticket, granted, max_wait, priority, started)
+                    .await
+            }
             Entry::Shed(reason) => {
                 self.metrics.shed_after_body(priority, reason);
                 Err(reason)
@@ -181,7 +196,10 @@ impl Admission {
 
     /// The limiter's decision; a queued request also gets the receiver of its grant.
     fn enter(&self, priority: Priority) -> Entry {
-        let mut state = self.state.lock().expect("admission state");
+        let mut state = self.state();
+        if !state.settings.enabled {
+            return Entry::Unlimited;
+        }
         let decision = state.limiter.acquire(self.now(), priority);
         self.publish(&state);
         match decision {
@@ -190,7 +208,7 @@ impl Admission {
             Decision::Queued(ticket) => {
                 let (granted, wait) = oneshot::channel();
                 state.waiters.insert(ticket, granted);
-                Entry::Queued(ticket, wait)
+                Entry::Queued(ticket, wait, state.limiter.max_wait())
             }
         }
     }
@@ -199,10 +217,10 @@ impl Admission {
         self: &Arc<Self>,
         ticket: Ticket,
         granted: oneshot::Receiver<Answer>,
+        max_wait: Duration,
         priority: Priority,
         started: Instant,
     ) -> Result<Permit, ShedReason> {
-        let max_wait = self.settings.limiter.max_wait;
         // The ticket leaves the queue however this ends (a timeout, or the request
         // dropped while waiting): a slot granted meanwhile is given back.
         let mut queued = TicketGuard {
@@ -212,7 +230,7 @@ impl Admission {
         match tokio::time::timeout(max_wait, granted).await {
             Ok(Ok(Ok(()))) => {
                 queued.ticket = None;
-                Ok(self.admitted(started))
+                Ok(self.admitted(started, true))
             }
             Ok(Ok(Err(reason))) => {
                 queued.ticket = None;
@@ -224,7 +242,7 @@ impl Admission {
                     Err(self.shed_after_waiting(priority, ShedReason::WaitExpired, max_wait))
                 } else {
                     // Granted just as the wait ran out: take the slot.
-                    Ok(self.admitted(started))
+                    Ok(self.admitted(started, true))
                 }
             }
         }
@@ -242,7 +260,7 @@ impl Admission {
         reason
     }
 
-    fn admitted(self: &Arc<Self>, started: Instant) -> Permit {
+    fn admitted(self: &Arc<Self>, started: Instant, counted: bool) -> Permit {
         self.metrics
             .queue_delay
             .observe(started.elapsed().as_secs_f64());
@@ -250,13 +268,14 @@ impl Admission {
             admission: Arc::clone(self),
             since: Instant::now(),
             worked: false,
+            counted,
         }
     }
 
     /// Takes `ticket` out of the queue; `false` when it was granted meanwhile (and its
     /// slot is then released here).
     fn cancel(&self, ticket: Ticket) -> bool {
-        let mut state = self.state.lock().expect("admission state");
+        let mut state = self.state();
         state.waiters.remove(&ticket);
         if state.limiter.cancel(self.now(), ticket) {
             self.publish(&state);
@@ -267,10 +286,7 @@ impl Admission {
     }
 
     fn release(&self, work: Option<Duration>) {
-        if !self.settings.enabled {
-            return;
-        }
-        let mut state = self.state.lock().expect("admission state");
+        let mut state = self.state();
         let released = state.limiter.release(self.now(), work);
         // A granted slot belongs to its waiter from now on, delivered or not: a waiter
         // that is gone gives it back through its TicketGuard.
@@ -300,6 +316,10 @@ impl Admission {
     fn now(&self) -> limiter::Time {
         self.origin.elapsed()
     }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("admission state")
+    }
 }
 
 impl Permit {
@@ -311,16 +331,17 @@ impl Permit {
 impl Drop for BodyClaim {
     fn drop(&mut self) {
         if let Some((admission, claim)) = &self.admission {
-            let mut state = admission.state.lock().expect("admission state");
-            state.limiter.body_read(*claim);
+            admission.state().limiter.body_read(*claim);
         }
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let work = self.worked.then(|| self.since.elapsed());
-        self.admission.release(work);
+        if self.counted {
+            let work = self.worked.then(|| self.since.elapsed());
+            self.admission.release(work);
+        }
     }
 }
 
@@ -328,8 +349,11 @@ impl Drop for Permit {
 type Answer = Result<(), ShedReason>;
 
 enum Entry {
+    /// Admission is off: no slot is counted.
+    Unlimited,
     Admitted,
-    Queued(Ticket, oneshot::Receiver<Answer>),
+    /// Queued, with the receiver of its grant and how long it may wait.
+    Queued(Ticket, oneshot::Receiver<Answer>, Duration),
     Shed(ShedReason),
 }
 
@@ -480,6 +504,31 @@ mod tests {
             spool_high_only_above: 0.8,
             trusted: vec!["192.0.2.0/24".parse().unwrap()],
         }
+    }
+
+    /// A reload that turns admission on or off leaves no slot counted twice or never.
+    #[tokio::test]
+    async fn a_reload_applies_to_the_next_request_and_balances_the_slots_given_before_it() {
+        let admission = Admission::new(settings(false), AdmissionMetrics::default(), None);
+        let uncounted = admission.acquire(Priority::Default).await.unwrap();
+        admission.reconfigure(settings(true));
+        let counted = admission.acquire(Priority::Default).await.unwrap();
+        assert_eq!(admission.state().limiter.inflight(), 1);
+        drop(uncounted);
+        assert_eq!(admission.state().limiter.inflight(), 1);
+        let mut tighter = settings(true);
+        tighter.limiter.max_limit = 1.0;
+        tighter.trusted.clear();
+        admission.reconfigure(tighter);
+        assert_eq!(admission.state().limiter.limit(), 1);
+        assert_eq!(
+            admission.state().settings.trusted,
+            settings(true).trusted,
+            "the exemption stays with connections.trusted until a restart"
+        );
+        admission.reconfigure(settings(false));
+        drop(counted);
+        assert_eq!(admission.state().limiter.inflight(), 0);
     }
 
     #[test]
