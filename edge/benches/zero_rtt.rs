@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -248,9 +249,8 @@ impl EdgeProcess {
     fn roots(&self) -> rustls::RootCertStore {
         let pem = std::fs::read(&self.cert).unwrap();
         let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-            let cert: CertificateDer<'static> = cert.unwrap();
-            roots.add(cert).unwrap();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            roots.add(cert.unwrap()).unwrap();
         }
         roots
     }

@@ -23,6 +23,9 @@ use tokio::sync::{Notify, watch};
 use super::DeliveryError;
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, parse_retry_after, unit_random};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
 use crate::config::{ClientTls, HttpSinkSettings};
 use crate::event::id_of_key;
 use crate::spool::record::Record;
@@ -246,7 +249,7 @@ fn client_tls(tls: Option<&ClientTls>) -> anyhow::Result<Arc<rustls::ClientConfi
         .context("backhaul.http.tls.ca is required for https origins")?;
     let pem =
         std::fs::read(ca).with_context(|| format!("backhaul.http.tls.ca {}", ca.display()))?;
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+    for cert in CertificateDer::pem_slice_iter(&pem) {
         roots.add(cert?)?;
     }
     let builder = rustls::ClientConfig::builder_with_provider(provider)
@@ -254,9 +257,9 @@ fn client_tls(tls: Option<&ClientTls>) -> anyhow::Result<Arc<rustls::ClientConfi
         .with_root_certificates(roots);
     let mut config = match tls.and_then(|t| t.client_cert.as_ref().zip(t.client_key.as_ref())) {
         Some((cert, key)) => {
-            let chain = rustls_pemfile::certs(&mut std::fs::read(cert)?.as_slice())
+            let chain = CertificateDer::pem_slice_iter(&std::fs::read(cert)?)
                 .collect::<Result<Vec<_>, _>>()?;
-            let key = rustls_pemfile::private_key(&mut std::fs::read(key)?.as_slice())?
+            let key = PrivateKeyDer::from_pem_slice(&std::fs::read(key)?)
                 .context("backhaul.http.tls.client_key: no key")?;
             builder.with_client_auth_cert(chain, key)?
         }

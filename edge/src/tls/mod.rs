@@ -12,6 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert, ServerSessionMemoryCache};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
@@ -143,7 +145,7 @@ fn load_identity(
 ) -> anyhow::Result<Arc<CertifiedKey>> {
     let cert_pem =
         std::fs::read(cert_path).with_context(|| format!("reading {}", cert_path.display()))?;
-    let chain = rustls_pemfile::certs(&mut cert_pem.as_slice())
+    let chain = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("parsing certificates in {}", cert_path.display()))?;
     if chain.is_empty() {
@@ -151,8 +153,7 @@ fn load_identity(
     }
     let key_pem =
         std::fs::read(key_path).with_context(|| format!("reading {}", key_path.display()))?;
-    let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
-        .with_context(|| format!("parsing {}", key_path.display()))?
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
         .with_context(|| format!("{}: no private key found", key_path.display()))?;
     let signing_key = provider
         .key_provider

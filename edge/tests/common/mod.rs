@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use sha2::Sha256;
 
 pub const GITHUB_SECRET: &str = "gh-secret";
@@ -449,7 +451,7 @@ pub async fn tls_with_alpn(
     alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut edge.cert_pem().as_slice()) {
+    for cert in CertificateDer::pem_slice_iter(&edge.cert_pem()) {
         roots.add(cert.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
