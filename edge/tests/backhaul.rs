@@ -4,80 +4,12 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::nats::Nats;
 use common::*;
-
-struct Nats {
-    child: Option<Child>,
-    port: u16,
-    store: tempfile::TempDir,
-}
-
-impl Nats {
-    fn start() -> Nats {
-        let mut nats = Nats {
-            child: None,
-            port: free_port(),
-            store: tempfile::tempdir().unwrap(),
-        };
-        nats.spawn();
-        nats
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new("nats-server")
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(self.store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server is installed by the test setup");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            )
-            .unwrap();
-            child.wait().unwrap();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    async fn jetstream(&self) -> async_nats::jetstream::Context {
-        async_nats::jetstream::new(async_nats::connect(self.url()).await.unwrap())
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 fn backhaul_config(nats: &Nats) -> String {
     format!(

@@ -2,6 +2,8 @@
 //! and signs webhooks the way providers do.
 #![allow(dead_code)]
 
+pub mod nats;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
