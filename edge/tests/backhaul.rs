@@ -205,6 +205,57 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
 /// get 503 + Retry-After and /readyz fails; nothing acknowledged is lost or torn; once
 /// the origin is back the backhaul delivers, segments are deleted, and the edge takes
 /// events again by itself.
+/// An event JetStream refuses for good (over the stream's maximum message size) is kept
+/// as a dead letter, and delivery goes on past it instead of retrying it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_jetstream_refuses_for_good_is_a_dead_letter_not_a_stall() {
+    let nats = Nats::start();
+    let js = nats.jetstream().await;
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "WEBHOOKS".into(),
+        subjects: vec!["webhooks.>".into()],
+        max_message_size: 4096,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let edge = Edge::start("", "").with_section(&format!(
+        "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: WEBHOOKS }}\n  retry: {{ base: 50ms, max: 500ms }}\n",
+        nats.url()
+    ));
+    let client = client(&edge, false);
+    let big = format!(r#"{{"pad":"{}"}}"#, "p".repeat(8192));
+    let sent = github_post(&client, &edge, "too-big", big.as_bytes())
+        .send()
+        .await;
+    assert_eq!(sent.unwrap().status(), 202);
+    let after = post_all(&edge, ids("after", 20)).await;
+    assert_eq!(after.len(), 20);
+    assert_eq!(wait_for_count(&nats, 20, Duration::from_secs(10)).await, 20);
+    let started = Instant::now();
+    while edge.metric("edge_backhaul_dead_letters_total") < 1.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{}",
+            edge.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kept = std::fs::read_dir(edge.spool_dir().join("dead-letter"))
+        .unwrap()
+        .count();
+    assert_eq!(kept, 1);
+    let started = Instant::now();
+    while edge.metric("edge_backhaul_lag_records") > 0.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{}",
+            edge.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
     full_spool_disk(false).await;

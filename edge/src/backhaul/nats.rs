@@ -146,7 +146,7 @@ impl NatsSink {
             .await
             .map_err(|e| retry("publish", e.to_string()))?
             .await
-            .map_err(|e| retry("puback", e.to_string()))?;
+            .map_err(puback_refusal)?;
         if ack.duplicate {
             self.metrics.duplicates.inc();
         }
@@ -217,6 +217,28 @@ fn reconnect_delay(max: Duration) -> impl Fn(usize) -> Duration + Send + Sync + 
     move |attempts| match attempts {
         0 | 1 => Duration::ZERO,
         n => backoff.delay(u32::try_from(n - 2).unwrap_or(u32::MAX), unit_random()),
+    }
+}
+
+/// Why a publish was not acknowledged. JetStream refusing the message itself (over the
+/// stream's maximum size, headers over 64KiB) is for good: retrying it would hold
+/// delivery behind it forever, so it goes to the dead letters. Anything else (no
+/// stream leader, timeout, store failures) is worth retrying.
+fn puback_refusal(error: jetstream::context::PublishError) -> DeliveryError {
+    use async_nats::jetstream::ErrorCode;
+    let refused = std::error::Error::source(&error)
+        .and_then(|source| source.downcast_ref::<jetstream::Error>())
+        .is_some_and(|api| {
+            [
+                ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM,
+                ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM,
+            ]
+            .contains(&api.error_code())
+        });
+    if refused {
+        DeliveryError::Rejected(error.to_string())
+    } else {
+        retry("puback", error.to_string())
     }
 }
 

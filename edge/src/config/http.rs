@@ -100,7 +100,7 @@ impl RawHttp {
         if !(1024..=MAX_HEADER_BYTES).contains(&self.max_header_bytes.as_u64()) {
             errors.add(
                 "http.max_header_bytes",
-                "must be between 1KiB and 64KiB (a spool record holds a header of at most 64KiB)",
+                "must be between 1KiB and 60KiB (what is kept of it must fit the 64KiB of headers JetStream takes, beside the edge's own)",
             );
         }
         for (field, value) in [
@@ -166,9 +166,11 @@ impl RawHttp {
 const H2_MAX_WINDOW: u32 = (1 << 31) - 1;
 /// Below one maximum-size frame a window only adds round trips.
 const H2_MIN_WINDOW: u32 = 16 * 1024;
-/// The largest request head accepted: a spool record holds header values of up to
-/// 64KiB, and `max_header_bytes` counts 32 bytes of overhead per field on top.
-const MAX_HEADER_BYTES: u64 = 64 * 1024;
+/// The largest request head accepted. The provider headers kept with an event are
+/// forwarded to the origin, and JetStream refuses a message whose headers pass 64KiB:
+/// this leaves room for the edge's own (`Nats-Msg-Id`, `Edge-*`: under 1KiB). A spool
+/// record holds header values of up to 64KiB.
+const MAX_HEADER_BYTES: u64 = 60 * 1024;
 /// hyper parses up to twice this many fields (see `crate::http`); a request with more
 /// is no webhook.
 const MAX_HEADERS: usize = 256;

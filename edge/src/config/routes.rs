@@ -357,7 +357,7 @@ fn scheme(
 const DEFAULT_MAX_BODY: ByteSize = ByteSize::mib(1);
 const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 const DEFAULT_DEDUPE_WINDOW: usize = 65_536;
-/// Room a spool record needs beyond its body: a head of up to 64KiB (`http`'s bound),
+/// Room a spool record needs beyond its body: a head of up to 60KiB (`http`'s bound),
 /// the key, pop and route name, framing.
 const MAX_RECORD_OVERHEAD: u64 = 72 * 1024;
 /// Longest route name (also a metric label).
