@@ -85,6 +85,8 @@ pub struct ConnUsage {
     idle_since_ms: AtomicU64,
     /// Cancelled when the connection must close: evicted, or the process shuts down.
     closing: CancellationToken,
+    /// Cancelled when the peer abused the protocol: the connection is dropped at once.
+    abandoned: CancellationToken,
 }
 
 impl ConnUsage {
@@ -93,6 +95,7 @@ impl ConnUsage {
             in_flight: AtomicU32::new(0),
             idle_since_ms: AtomicU64::new(NOT_SERVING),
             closing,
+            abandoned: CancellationToken::new(),
         }
     }
 
@@ -121,6 +124,17 @@ impl ConnUsage {
     /// Fires when the connection must finish what it is doing and close.
     pub fn closing(&self) -> &CancellationToken {
         &self.closing
+    }
+
+    /// The peer abused the protocol (a body in tiny pieces): drop the connection now,
+    /// unread bytes and all, rather than parse what it still sends.
+    pub fn abandon(&self) {
+        self.abandoned.cancel();
+    }
+
+    /// Fires once [`ConnUsage::abandon`] was called.
+    pub fn abandoned(&self) -> &CancellationToken {
+        &self.abandoned
     }
 }
 

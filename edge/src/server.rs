@@ -215,6 +215,7 @@ impl Server {
             let arrival = Arrival {
                 early: !handshake.is_done(),
                 source: peer.ip(),
+                connection: Arc::clone(&in_flight),
             };
             let response = webhook::handle(Arc::clone(&server.live.load().app), arrival, request);
             // Boxed: taking an HTTP/1.1 connection out of hyper needs an `Unpin` future.
@@ -345,6 +346,7 @@ impl Server {
         let idled = loop {
             tokio::select! {
                 served = conn.as_mut() => return (served, false),
+                () = usage.abandoned().cancelled() => return (Ok(()), false),
                 () = usage.closing().cancelled() => break false,
                 () = check.as_mut() => {
                     let due_ms = match usage.idle_since() {

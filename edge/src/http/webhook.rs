@@ -20,6 +20,7 @@ use crate::admission::ledger::ShedEntry;
 use crate::admission::{BodyClaim, Refusal};
 use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
+use crate::conn_limits::ConnUsage;
 use crate::event;
 use crate::event::BodyDigest;
 use crate::spool::{AppendError, Appended, NewEvent};
@@ -28,11 +29,12 @@ use crate::verify::{Provider, Verification, VerifyError, url_verification_challe
 pub type ResponseBody = Full<Bytes>;
 
 /// What the connection knows about a request: whether it arrived as TLS early data
-/// (0-RTT), and from where.
-#[derive(Clone, Copy, Debug)]
+/// (0-RTT), from where, and the connection itself (to drop it on abuse).
+#[derive(Clone, Debug)]
 pub struct Arrival {
     pub early: bool,
     pub source: std::net::IpAddr,
+    pub connection: Arc<ConnUsage>,
 }
 
 pub async fn handle(
@@ -55,7 +57,7 @@ pub async fn handle(
     };
     let routed = tokio::time::timeout(
         app.request_timeout,
-        handle_route(&app, &entry, arrival, &parts, &mut body),
+        handle_route(&app, &entry, &arrival, &parts, &mut body),
     )
     .await;
     let mut response = match routed {
@@ -84,7 +86,7 @@ pub async fn handle(
 async fn handle_route(
     app: &App,
     entry: &RouteEntry,
-    arrival: Arrival,
+    arrival: &Arrival,
     parts: &http::request::Parts,
     body: &mut RequestBody,
 ) -> Response<ResponseBody> {
@@ -110,7 +112,13 @@ async fn handle_route(
     .await;
     let body = match read {
         Ok(body) => body,
-        Err(e) => return body_refused(app, entry, e),
+        Err(e) => {
+            if matches!(e, BodyError::Fragmented { .. }) {
+                // Over HTTP/2 the rest would still be parsed frame by frame.
+                arrival.connection.abandon();
+            }
+            return body_refused(app, entry, e);
+        }
     };
     drop(claim);
     if let Err(e) = verification.finish(SystemTime::now()) {
@@ -166,7 +174,7 @@ async fn handle_route(
 fn before_body(
     app: &App,
     entry: &RouteEntry,
-    arrival: Arrival,
+    arrival: &Arrival,
     parts: &http::request::Parts,
     early: bool,
     body: &RequestBody,
@@ -230,6 +238,18 @@ fn body_refused(app: &App, entry: &RouteEntry, error: BodyError) -> Response<Res
                 StatusCode::REQUEST_TIMEOUT,
                 r#"{"error":"request body too slow"}"#,
             ))
+        }
+        BodyError::Fragmented { pieces } => {
+            app.metrics.reject("fragmented_body");
+            if app.slow_body_log.allow() {
+                tracing::info!(route = %entry.name, pieces, "request body sent in pieces of a few bytes each: 400 and closed (logged at most once a second)");
+            }
+            let mut response = closing(json(
+                StatusCode::BAD_REQUEST,
+                r#"{"error":"request body sent in too many small pieces"}"#,
+            ));
+            response.extensions_mut().insert(RestUnwanted);
+            response
         }
         BodyError::Broken(e) => {
             tracing::debug!(route = %entry.name, error = %e, "request body not received whole");
@@ -364,13 +384,14 @@ fn refused(
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, retry_after);
-    response.extensions_mut().insert(ShedAnswer);
+    response.extensions_mut().insert(RestUnwanted);
     response
 }
 
-/// Marks an answer of admission control's (503, 429), for [`discard_rest`].
+/// Marks an answer after which the rest of the body is not worth reading: admission
+/// control's (503, 429) and a body sent in tiny pieces (see [`discard_rest`]).
 #[derive(Clone, Copy)]
-struct ShedAnswer;
+struct RestUnwanted;
 
 /// Applies the route's 0-RTT policy to an early request: `Some` answer ends it (425).
 fn guard_early(app: &App, entry: &RouteEntry) -> Option<Response<ResponseBody>> {
@@ -399,6 +420,11 @@ enum BodyError {
         received: u64,
         elapsed: std::time::Duration,
     },
+    /// Many pieces of a few bytes each (1-byte HTTP/2 DATA frames or HTTP/1.1 chunks):
+    /// each costs the edge as much as a full one.
+    Fragmented {
+        pieces: u64,
+    },
     Broken(hyper::Error),
 }
 
@@ -413,6 +439,7 @@ async fn read_body(
 ) -> Result<Bytes, BodyError> {
     let started = tokio::time::Instant::now();
     let mut collected = BytesMut::new();
+    let mut pieces = 0u64;
     loop {
         let received = collected.len() as u64;
         let too_slow = || BodyError::TooSlow {
@@ -431,6 +458,10 @@ async fn read_body(
         if received + data.len() as u64 > limit {
             return Err(BodyError::TooLarge);
         }
+        pieces += 1;
+        if pieces > FREE_PIECES && received + (data.len() as u64) < pieces * MIN_MEAN_PIECE {
+            return Err(BodyError::Fragmented { pieces });
+        }
         observe(&data);
         collected.extend_from_slice(&data);
         if rate.too_slow(started.elapsed(), collected.len() as u64) {
@@ -448,20 +479,20 @@ async fn read_body(
 /// (HTTP/1.1) ends normally and the client reads the answer. Not worth it for a body
 /// declared larger than the bound (the client sees a reset), after a 408 (the sender is
 /// too slow: reading on would hold its connection for it), when the HTTP/1.1 answer
-/// closes the connection anyway, or for a shed answer over HTTP/2: the stream ends with
-/// RST_STREAM(NO_ERROR) after the answer (RFC 9113, 8.1) rather than asking the sender
-/// for the rest of a body that will not be kept, because under overload those bytes,
-/// decrypted and framed, cost as much as the work admitted.
+/// closes the connection anyway, or over HTTP/2 after a shed answer or a body in tiny
+/// pieces: the stream ends with RST_STREAM(NO_ERROR) after the answer (RFC 9113, 8.1)
+/// rather than asking the sender for the rest of a body that will not be kept, because
+/// under overload those bytes, decrypted and framed, cost as much as the work admitted.
 fn discard_rest(mut body: RequestBody, version: http::Version, answer: &Response<ResponseBody>) {
-    let shed_h2 =
-        version == http::Version::HTTP_2 && answer.extensions().get::<ShedAnswer>().is_some();
+    let unwanted_h2 =
+        version == http::Version::HTTP_2 && answer.extensions().get::<RestUnwanted>().is_some();
     let closing = version != http::Version::HTTP_2
         && answer
             .headers()
             .get(header::CONNECTION)
             .is_some_and(|v| v == "close");
     if body.is_end_stream()
-        || shed_h2
+        || unwanted_h2
         || body.size_hint().lower() > DISCARD_BYTES
         || answer.status() == StatusCode::REQUEST_TIMEOUT
         || closing
@@ -525,3 +556,7 @@ const EARLY_DATA_HEADER: &str = "early-data";
 /// The most of an unwanted body read and thrown away after an early answer.
 const DISCARD_BYTES: u64 = 8 << 20;
 const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+/// Body pieces a request may send in any size; past them, pieces must average
+/// [`MIN_MEAN_PIECE`] bytes (the h2 crate's own threshold for a DATA frame's overhead).
+const FREE_PIECES: u64 = 64;
+const MIN_MEAN_PIECE: u64 = 256;
