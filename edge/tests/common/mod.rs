@@ -2,6 +2,8 @@
 //! and signs webhooks the way providers do.
 #![allow(dead_code)]
 
+pub mod attack;
+pub mod h2_raw;
 pub mod nats;
 
 use std::io::Read;
@@ -452,6 +454,14 @@ pub async fn tls_with_alpn(
     edge: &Edge,
     alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    try_tls_with_alpn(edge, alpn).await.unwrap()
+}
+
+/// [`tls_with_alpn`], for a test in which the edge may refuse the connection.
+pub async fn try_tls_with_alpn(
+    edge: &Edge,
+    alpn: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&edge.cert_pem()) {
         roots.add(cert.unwrap()).unwrap();
@@ -463,14 +473,11 @@ pub async fn tls_with_alpn(
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", edge.port))
-        .await
-        .unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", edge.port)).await?;
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
-        .unwrap()
 }
 
 /// A tmpfs of `size` (e.g. "6m") mounted at `path` for the test's lifetime: a small
