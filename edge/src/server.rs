@@ -295,7 +295,9 @@ impl Server {
     fn connection_failed(&self, error: hyper::Error, peer: std::net::SocketAddr) {
         if error.is_parse_too_large() {
             self.metrics.http.reject("header_too_large");
-            tracing::info!(%peer, "request head over http.max_header_bytes/max_headers: answered 431");
+            if self.refusal_log.allow() {
+                tracing::info!(%peer, "request head over twice http.max_header_bytes/max_headers: answered 431 and closed (logged at most once a second)");
+            }
         } else if error.is_timeout() {
             // hyper's only timer: the HTTP/2 PING answer (the head deadline is DeadlineIo's).
             self.metrics.http.reject("h2_keepalive_timeout");
