@@ -6,9 +6,10 @@
 //! `X-GitHub-Delivery`, Shopify's `X-Shopify-Webhook-Id` and a generic route's
 //! `id_header` are not signed: anyone holding one signed delivery could resend its body
 //! under the id of a delivery still to come, which would then be acknowledged as a
-//! duplicate and dropped. Their key is therefore the id together with a digest of the
-//! signed body (`<id>#sha256:<32 hex>`): a retry of the same delivery still collapses,
-//! a different body under the same id is stored as its own event.
+//! duplicate and dropped. Their key is therefore the id together with the signature
+//! that matched (`<id>#mac:<its first 128 bits, hex>`): the provider's MAC of the body,
+//! a digest of it that costs nothing more to have. A retry of the same delivery still
+//! collapses; a different body under the same id is stored as its own event.
 
 use http::{HeaderMap, HeaderName};
 use sha2::{Digest as _, Sha256};
@@ -18,8 +19,8 @@ use crate::verify::Provider;
 /// Longest provider event id accepted; provider ids are far shorter, so a longer one
 /// is malformed.
 pub const MAX_EVENT_ID_LEN: usize = 256;
-/// Longest de-duplication key: an id with the body's digest appended.
-pub const MAX_EVENT_KEY_LEN: usize = MAX_EVENT_ID_LEN + BODY_DIGEST_SUFFIX.len() + DIGEST_HEX_LEN;
+/// Longest de-duplication key: an id with its signature appended.
+pub const MAX_EVENT_KEY_LEN: usize = MAX_EVENT_ID_LEN + MAC_SUFFIX.len() + MAC_HEX_LEN;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EventIdError {
@@ -29,31 +30,6 @@ pub enum EventIdError {
     MissingBodyField(&'static str),
     #[error("event id longer than {MAX_EVENT_ID_LEN} bytes or not visible ASCII")]
     Invalid,
-}
-
-/// The SHA-256 of a body, taken as it arrives, for the routes whose key needs it.
-pub struct BodyDigest(Option<Sha256>);
-
-impl BodyDigest {
-    /// Digests only where the key or the id is made from the body: routes whose id is
-    /// not signed, and generic routes with no id at all.
-    pub fn for_route(provider: Provider) -> Self {
-        let needed = matches!(
-            provider,
-            Provider::Github | Provider::Shopify | Provider::Hmac
-        );
-        Self(needed.then(Sha256::new))
-    }
-
-    pub fn update(&mut self, chunk: &[u8]) {
-        if let Some(digest) = &mut self.0 {
-            digest.update(chunk);
-        }
-    }
-
-    pub fn finish(self) -> Option<[u8; 32]> {
-        self.0.map(|digest| digest.finalize().into())
-    }
 }
 
 /// Whether a matching signature vouches for the id as well as the body.
@@ -67,29 +43,26 @@ pub fn id_is_signed(provider: Provider) -> bool {
 /// The de-duplication key of a verified request (see the module's documentation).
 /// `id_header` is the generic scheme's configured header; where a provider sends no
 /// id, the key is the SHA-256 of the body, so identical redeliveries still collapse.
-/// `digest` is the body's SHA-256 when it was taken as the body arrived
-/// ([`BodyDigest`]); it is computed here otherwise.
+/// `mac` is the signature that verified the request.
 pub fn event_id(
     provider: Provider,
     id_header: Option<&HeaderName>,
     headers: &HeaderMap,
     body: &[u8],
-    digest: Option<[u8; 32]>,
+    mac: &[u8],
 ) -> Result<String, EventIdError> {
-    let digest = || digest.unwrap_or_else(|| Sha256::digest(body).into());
     let id = match provider {
         Provider::Github => header_id(headers, "x-github-delivery")?,
         Provider::Shopify => header_id(headers, "x-shopify-webhook-id")?,
         Provider::Standard => header_id(headers, "webhook-id")?,
         Provider::Stripe => body_field(body, "id").ok_or(EventIdError::MissingBodyField("id"))?,
-        Provider::Slack => body_field(body, "event_id")
-            .unwrap_or_else(|| body_digest(&Sha256::digest(body).into())),
+        Provider::Slack => body_field(body, "event_id").unwrap_or_else(|| body_digest(body)),
         Provider::Hmac => match id_header.and_then(|name| headers.get(name)) {
             Some(value) => value
                 .to_str()
                 .map_err(|_| EventIdError::Invalid)?
                 .to_owned(),
-            None => return Ok(body_digest(&digest())),
+            None => return Ok(body_digest(body)),
         },
     };
     let visible = id.bytes().all(|b| b.is_ascii_graphic());
@@ -99,17 +72,17 @@ pub fn event_id(
     if id_is_signed(provider) {
         Ok(id)
     } else {
-        let hex = hex::encode(&digest()[..DIGEST_HEX_LEN / 2]);
-        Ok(format!("{id}{BODY_DIGEST_SUFFIX}{hex}"))
+        let mac = hex::encode(&mac[..mac.len().min(MAC_HEX_LEN / 2)]);
+        Ok(format!("{id}{MAC_SUFFIX}{mac}"))
     }
 }
 
 /// The provider's id inside a key made by [`event_id`]: the key itself where the id is
-/// signed, the part before the body's digest otherwise.
+/// signed, the part before the signature otherwise.
 pub fn id_of_key(key: &str) -> &str {
-    match key.rsplit_once(BODY_DIGEST_SUFFIX) {
+    match key.rsplit_once(MAC_SUFFIX) {
         Some((id, hex))
-            if hex.len() == DIGEST_HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            if hex.len() == MAC_HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
         {
             id
         }
@@ -175,14 +148,14 @@ fn body_field(body: &[u8], field: &str) -> Option<String> {
     value.get(field)?.as_str().map(str::to_owned)
 }
 
-fn body_digest(digest: &[u8; 32]) -> String {
-    format!("sha256:{}", hex::encode(digest))
+fn body_digest(body: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(body)))
 }
 
-/// Between an unsigned id and its body's digest in a key.
-const BODY_DIGEST_SUFFIX: &str = "#sha256:";
-/// The body digest in a key: the first 128 bits of its SHA-256, in hex.
-const DIGEST_HEX_LEN: usize = 32;
+/// Between an unsigned id and its signature in a key.
+const MAC_SUFFIX: &str = "#mac:";
+/// The signature in a key: its first 128 bits, in hex.
+const MAC_HEX_LEN: usize = 32;
 
 #[cfg(test)]
 mod tests {
@@ -212,30 +185,30 @@ mod tests {
     fn ids_per_provider() {
         let h = headers(&[("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")]);
         assert_eq!(
-            event_id(Provider::Github, None, &h, b"{}", None).unwrap(),
-            format!("72d3162e-cc78-11e3-81ab-4c9367dc0958{EMPTY_OBJECT_DIGEST}")
+            event_id(Provider::Github, None, &h, b"{}", MAC).unwrap(),
+            format!("72d3162e-cc78-11e3-81ab-4c9367dc0958{MAC_IN_KEY}")
         );
         let h = headers(&[(
             "X-Shopify-Webhook-Id",
             "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043",
         )]);
         assert_eq!(
-            event_id(Provider::Shopify, None, &h, b"{}", None).unwrap(),
-            format!("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043{EMPTY_OBJECT_DIGEST}")
+            event_id(Provider::Shopify, None, &h, b"{}", MAC).unwrap(),
+            format!("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043{MAC_IN_KEY}")
         );
         let h = headers(&[("webhook-id", "msg_1")]);
         assert_eq!(
-            event_id(Provider::Standard, None, &h, b"{}", None).unwrap(),
+            event_id(Provider::Standard, None, &h, b"{}", MAC).unwrap(),
             "msg_1"
         );
         let body = br#"{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event"}"#;
         assert_eq!(
-            event_id(Provider::Stripe, None, &headers(&[]), body, None).unwrap(),
+            event_id(Provider::Stripe, None, &headers(&[]), body, MAC).unwrap(),
             "evt_1NG8Du2eZvKYlo2CUI79vXWy"
         );
         let body = br#"{"type":"event_callback","event_id":"Ev08MFMKH6"}"#;
         assert_eq!(
-            event_id(Provider::Slack, None, &headers(&[]), body, None).unwrap(),
+            event_id(Provider::Slack, None, &headers(&[]), body, MAC).unwrap(),
             "Ev08MFMKH6"
         );
     }
@@ -244,19 +217,19 @@ mod tests {
     fn missing_ids_are_errors_where_the_provider_always_sends_one() {
         let none = headers(&[]);
         assert_eq!(
-            event_id(Provider::Github, None, &none, b"{}", None),
+            event_id(Provider::Github, None, &none, b"{}", MAC),
             Err(EventIdError::MissingHeader("x-github-delivery"))
         );
         assert_eq!(
-            event_id(Provider::Stripe, None, &none, b"{}", None),
+            event_id(Provider::Stripe, None, &none, b"{}", MAC),
             Err(EventIdError::MissingBodyField("id"))
         );
         assert_eq!(
-            event_id(Provider::Stripe, None, &none, b"not json", None),
+            event_id(Provider::Stripe, None, &none, b"not json", MAC),
             Err(EventIdError::MissingBodyField("id"))
         );
         assert_eq!(
-            event_id(Provider::Stripe, None, &none, br#"{"id":7}"#, None),
+            event_id(Provider::Stripe, None, &none, br#"{"id":7}"#, MAC),
             Err(EventIdError::MissingBodyField("id"))
         );
     }
@@ -265,20 +238,20 @@ mod tests {
     fn body_digest_where_no_id_is_sent() {
         let none = headers(&[]);
         let slash_command = b"token=x&command=%2Fdeploy";
-        let id = event_id(Provider::Slack, None, &none, slash_command, None).unwrap();
+        let id = event_id(Provider::Slack, None, &none, slash_command, MAC).unwrap();
         assert!(id.starts_with("sha256:") && id.len() == 7 + 64, "{id}");
         assert_eq!(
-            event_id(Provider::Hmac, None, &none, slash_command, None).unwrap(),
+            event_id(Provider::Hmac, None, &none, slash_command, MAC).unwrap(),
             id
         );
         let name = HeaderName::from_static("x-request-id");
         let h = headers(&[("x-request-id", "r-1")]);
         assert_eq!(
-            event_id(Provider::Hmac, Some(&name), &h, b"", None).unwrap(),
-            "r-1#sha256:e3b0c44298fc1c149afbf4c8996fb924"
+            event_id(Provider::Hmac, Some(&name), &h, b"", MAC).unwrap(),
+            format!("r-1{MAC_IN_KEY}")
         );
         assert_eq!(
-            event_id(Provider::Hmac, Some(&name), &none, slash_command, None).unwrap(),
+            event_id(Provider::Hmac, Some(&name), &none, slash_command, MAC).unwrap(),
             id
         );
     }
@@ -288,17 +261,17 @@ mod tests {
         let long = "a".repeat(MAX_EVENT_ID_LEN + 1);
         let h = headers(&[("webhook-id", &long)]);
         assert_eq!(
-            event_id(Provider::Standard, None, &h, b"", None),
+            event_id(Provider::Standard, None, &h, b"", MAC),
             Err(EventIdError::Invalid)
         );
         let h = headers(&[("webhook-id", "a b")]);
         assert_eq!(
-            event_id(Provider::Standard, None, &h, b"", None),
+            event_id(Provider::Standard, None, &h, b"", MAC),
             Err(EventIdError::Invalid)
         );
         let h = headers(&[("webhook-id", "")]);
         assert_eq!(
-            event_id(Provider::Standard, None, &h, b"", None),
+            event_id(Provider::Standard, None, &h, b"", MAC),
             Err(EventIdError::Invalid)
         );
     }
@@ -322,19 +295,20 @@ mod tests {
         );
     }
 
-    /// `printf '{}' | sha256sum`, cut to the key's 128 bits.
-    const EMPTY_OBJECT_DIGEST: &str = "#sha256:44136fa355b3678a1146ad16f7e8649e";
+    /// A verified request's MAC, and what of it a key carries.
+    const MAC: &[u8] = &[0xab; 32];
+    const MAC_IN_KEY: &str = "#mac:abababababababababababababababab";
 
     /// A captured delivery resent under another id cannot take that id's place: the
-    /// key follows the body wherever the id is not signed.
+    /// key follows the signed body wherever the id is not signed.
     #[test]
-    fn an_unsigned_id_is_keyed_with_its_body() {
+    fn an_unsigned_id_is_keyed_with_the_signature_of_its_body() {
         let h = headers(&[("X-GitHub-Delivery", "future-id")]);
-        let genuine = event_id(Provider::Github, None, &h, b"genuine", None).unwrap();
-        let replayed = event_id(Provider::Github, None, &h, b"captured", None).unwrap();
+        let genuine = event_id(Provider::Github, None, &h, b"genuine", &[1; 32]).unwrap();
+        let replayed = event_id(Provider::Github, None, &h, b"captured", &[2; 32]).unwrap();
         assert_ne!(genuine, replayed);
         assert_eq!(
-            event_id(Provider::Github, None, &h, b"genuine", None).unwrap(),
+            event_id(Provider::Github, None, &h, b"genuine", &[1; 32]).unwrap(),
             genuine,
             "a retry of the same delivery keeps its key"
         );
@@ -344,7 +318,8 @@ mod tests {
         );
         let long = "x".repeat(MAX_EVENT_ID_LEN);
         let h = headers(&[("X-GitHub-Delivery", &long)]);
-        let key = event_id(Provider::Github, None, &h, b"{}", None).unwrap();
+        let sha512_mac = [7u8; 64];
+        let key = event_id(Provider::Github, None, &h, b"{}", &sha512_mac).unwrap();
         assert_eq!(
             (key.len(), id_of_key(&key)),
             (MAX_EVENT_KEY_LEN, long.as_str())
@@ -352,27 +327,12 @@ mod tests {
     }
 
     #[test]
-    fn a_digest_taken_while_the_body_arrived_is_the_bodys() {
-        let h = headers(&[("X-Shopify-Webhook-Id", "w-1")]);
-        let body = b"{\"order\":1}";
-        let mut digest = BodyDigest::for_route(Provider::Shopify);
-        for chunk in body.chunks(3) {
-            digest.update(chunk);
-        }
-        assert_eq!(
-            event_id(Provider::Shopify, None, &h, body, digest.finish()),
-            event_id(Provider::Shopify, None, &h, body, None)
-        );
-        assert!(BodyDigest::for_route(Provider::Stripe).finish().is_none());
-    }
-
-    #[test]
     fn signed_ids_are_keys_as_they_are() {
         assert_eq!(id_of_key("msg_1"), "msg_1");
-        assert_eq!(id_of_key("evt#sha256:short"), "evt#sha256:short");
+        assert_eq!(id_of_key("evt#mac:short"), "evt#mac:short");
         let h = headers(&[("webhook-id", "msg_2")]);
         assert_eq!(
-            event_id(Provider::Standard, None, &h, b"any", None).unwrap(),
+            event_id(Provider::Standard, None, &h, b"any", MAC).unwrap(),
             "msg_2"
         );
     }

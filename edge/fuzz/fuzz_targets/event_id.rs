@@ -15,7 +15,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Provider::Standard,
         Provider::Hmac,
     ] {
-        if let Ok(id) = event_id(provider, Some(&id_header), &headers, body, None) {
+        if let Ok(id) = event_id(provider, Some(&id_header), &headers, body, &[0xab; 32]) {
             assert!(!id.is_empty() && id.len() <= MAX_EVENT_KEY_LEN);
             assert!(id.bytes().all(|b| b.is_ascii_graphic()), "{id:?}");
         }

@@ -22,7 +22,6 @@ use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
 use crate::conn_limits::ConnUsage;
 use crate::event;
-use crate::event::BodyDigest;
 use crate::spool::{AppendError, Appended, NewEvent};
 use crate::verify::{Provider, Verification, VerifyError, url_verification_challenge};
 
@@ -102,12 +101,10 @@ async fn handle_route(
         Err(response) => return response,
     };
     let received_ms = unix_ms();
-    // The MACs and the key's digest are taken as the body arrives: a large body costs
-    // its work in small steps over the upload, and nothing is left for a second pass.
-    let mut digest = BodyDigest::for_route(route.provider);
+    // The MACs are taken as the body arrives: a large body costs its work in small
+    // steps over the upload, and nothing is left for a second pass.
     let read = read_body(body, route.max_body, app.body_rate, |chunk| {
-        verification.update(chunk);
-        digest.update(chunk);
+        verification.update(chunk)
     })
     .await;
     let body = match read {
@@ -121,9 +118,10 @@ async fn handle_route(
         }
     };
     drop(claim);
-    if let Err(e) = verification.finish(SystemTime::now()) {
-        return unverified(app, entry, e);
-    }
+    let verified = match verification.finish(SystemTime::now()) {
+        Ok(verified) => verified,
+        Err(e) => return unverified(app, entry, e),
+    };
 
     // The slot covers the append and its fsync: the work the adaptive limit measures.
     let mut permit = match app.admission.acquire(route.priority).await {
@@ -144,7 +142,7 @@ async fn handle_route(
         route.id_header.as_ref(),
         &parts.headers,
         &body,
-        digest.finish(),
+        verified.mac(),
     ) {
         Ok(id) => id,
         Err(e) => return json(StatusCode::BAD_REQUEST, &format!(r#"{{"error":"{e}"}}"#)),

@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn an_unsigned_id_with_another_body_is_a_conflict_until_it_leaves_the_window() {
-        let key = |id: &str, digest: char| format!("{id}#sha256:{}", digest.to_string().repeat(32));
+        let key = |id: &str, mac: char| format!("{id}#mac:{}", mac.to_string().repeat(32));
         let mut ids = RecentIds::new(2);
         ids.insert(&key("d-1", 'a'), 1);
         assert!(

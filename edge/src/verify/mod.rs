@@ -111,7 +111,7 @@ impl Verifier {
         headers: &HeaderMap,
         body: &[u8],
         now: SystemTime,
-    ) -> Result<(), VerifyError> {
+    ) -> Result<Verified, VerifyError> {
         let mut verification = self.start(headers)?;
         verification.update(body);
         verification.finish(now)
@@ -165,21 +165,38 @@ impl Verification {
     /// The verdict once the whole body was fed: every secret's MAC against every
     /// offered signature (all pairs, so the time taken does not say which matched), then
     /// the signed timestamp against `now`.
-    pub fn finish(self, now: SystemTime) -> Result<(), VerifyError> {
-        let mut matched = Choice::from(0);
+    pub fn finish(self, now: SystemTime) -> Result<Verified, VerifyError> {
+        let mut matched = None;
         for mac in self.macs {
             let tag = mac.finalize();
+            let mut any = Choice::from(0);
             for signature in &self.signatures {
-                matched |= tag.as_slice().ct_eq(signature);
+                any |= tag.as_slice().ct_eq(signature);
+            }
+            // Which of our secrets matched is no secret; the bytes compared stay so.
+            if bool::from(any) && matched.is_none() {
+                matched = Some(tag);
             }
         }
-        if !bool::from(matched) {
-            return Err(VerifyError::Mismatch);
+        let mac = matched.ok_or(VerifyError::Mismatch)?;
+        if let Some(t) = self.timestamp {
+            check_timestamp(&t.raw, t.header, now, t.tolerance)?;
         }
-        match self.timestamp {
-            Some(t) => check_timestamp(&t.raw, t.header, now, t.tolerance),
-            None => Ok(()),
-        }
+        Ok(Verified { mac })
+    }
+}
+
+/// A request whose signature matched.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Verified {
+    mac: Vec<u8>,
+}
+
+impl Verified {
+    /// The signature that matched: the provider's MAC of what it signed, which keys an
+    /// event whose id is not signed (`crate::event`).
+    pub fn mac(&self) -> &[u8] {
+        &self.mac
     }
 }
 
@@ -416,18 +433,16 @@ mod tests {
         let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         let mut mac = Hmac::<Sha256>::new_from_slice(&secret).unwrap();
         mac.update(&body);
-        let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        let signature_bytes = mac.finalize().into_bytes().to_vec();
+        let signature = format!("sha256={}", hex::encode(&signature_bytes));
         let verifier = Verifier::new(Scheme::Github, vec![secret]);
         for chunk_len in [1, 7, 16_384, body.len()] {
             let mut verification = verifier.start(&github_head(&signature)).unwrap();
             for chunk in body.chunks(chunk_len) {
                 verification.update(chunk);
             }
-            assert_eq!(
-                verification.finish(SystemTime::now()),
-                Ok(()),
-                "{chunk_len}"
-            );
+            let verified = verification.finish(SystemTime::now()).unwrap();
+            assert_eq!(verified.mac(), &signature_bytes[..], "{chunk_len}");
         }
         let mut short = verifier.start(&github_head(&signature)).unwrap();
         short.update(&body[1..]);
