@@ -256,6 +256,28 @@ async fn an_event_jetstream_refuses_for_good_is_a_dead_letter_not_a_stall() {
     }
 }
 
+/// A stream deleted at the origin while the edge runs: with `create: true` the next
+/// publish that finds no stream makes the edge look for it again and make it, and
+/// delivery goes on (the sink once remembered "stream exists" for its whole life).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_deleted_at_the_origin_is_made_again() {
+    let nats = Nats::start();
+    let edge = Edge::start("", "").with_section(&backhaul_config(&nats));
+    assert_eq!(post_all(&edge, ids("before", 10)).await.len(), 10);
+    assert_eq!(wait_for_count(&nats, 10, Duration::from_secs(10)).await, 10);
+    let js = nats.jetstream().await;
+    js.delete_stream("WEBHOOKS").await.unwrap();
+    let after = post_all(&edge, ids("after-delete", 10)).await;
+    assert_eq!(after.len(), 10);
+    assert_eq!(wait_for_count(&nats, 10, Duration::from_secs(10)).await, 10);
+    let in_stream = stream_messages(&nats).await;
+    assert!(
+        after.iter().all(|id| in_stream.contains_key(id)),
+        "{:?}",
+        in_stream.keys()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
     full_spool_disk(false).await;

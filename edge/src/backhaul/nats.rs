@@ -6,12 +6,13 @@
 //! PubAck arrives.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use async_nats::HeaderMap;
 use async_nats::jetstream;
-use tokio::sync::{Notify, OnceCell};
+use tokio::sync::Notify;
 
 use super::DeliveryError;
 use super::metrics::BackhaulMetrics;
@@ -24,7 +25,9 @@ pub struct NatsSink {
     client: async_nats::Client,
     jetstream: jetstream::Context,
     settings: NatsSettings,
-    stream_ready: OnceCell<()>,
+    /// The stream was found (or made). Forgotten when a publish finds no stream: one
+    /// deleted at the origin is looked for (and, with `create`, made) again.
+    stream_known: AtomicBool,
     /// `webhooks.shed.<pop>`: where the shed ledger goes.
     shed_subject: String,
     metrics: BackhaulMetrics,
@@ -109,7 +112,7 @@ impl NatsSink {
             client,
             jetstream,
             settings: settings.clone(),
-            stream_ready: OnceCell::new(),
+            stream_known: AtomicBool::new(false),
             shed_subject: format!("webhooks.shed.{}", token(pop)),
             metrics,
             origin_back,
@@ -120,9 +123,7 @@ impl NatsSink {
         if self.client.connection_state() != async_nats::connection::State::Connected {
             return Err(retry("not_connected", "no connection to NATS".into()));
         }
-        self.stream_ready
-            .get_or_try_init(|| self.ensure_stream())
-            .await?;
+        self.ensure_stream().await?;
         let subject = self.subject(record);
         let mut headers = HeaderMap::new();
         headers.insert(
@@ -146,7 +147,7 @@ impl NatsSink {
             .await
             .map_err(|e| retry("publish", e.to_string()))?
             .await
-            .map_err(puback_refusal)?;
+            .map_err(|e| self.puback_error(e))?;
         if ack.duplicate {
             self.metrics.duplicates.inc();
         }
@@ -157,9 +158,7 @@ impl NatsSink {
         if self.client.connection_state() != async_nats::connection::State::Connected {
             return Err(retry("not_connected", "no connection to NATS".into()));
         }
-        self.stream_ready
-            .get_or_try_init(|| self.ensure_stream())
-            .await?;
+        self.ensure_stream().await?;
         let mut headers = HeaderMap::new();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, id);
         self.jetstream
@@ -167,8 +166,17 @@ impl NatsSink {
             .await
             .map_err(|e| retry("publish", e.to_string()))?
             .await
-            .map_err(|e| retry("puback", e.to_string()))?;
+            .map_err(|e| self.puback_error(e))?;
         Ok(())
+    }
+
+    /// A publish not acknowledged: when no stream answered, the stream is looked for
+    /// again before the next one.
+    fn puback_error(&self, error: jetstream::context::PublishError) -> DeliveryError {
+        if error.kind() == jetstream::context::PublishErrorKind::StreamNotFound {
+            self.stream_known.store(false, Ordering::Release);
+        }
+        puback_refusal(error)
     }
 
     fn subject(&self, record: &Record) -> String {
@@ -178,7 +186,11 @@ impl NatsSink {
             .replace("{route}", &token(&record.route))
     }
 
+    /// Finds the stream (or makes it, with `create`) unless it is known to be there.
     async fn ensure_stream(&self) -> Result<(), DeliveryError> {
+        if self.stream_known.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let name = &self.settings.stream;
         let found = if self.settings.create {
             let config = jetstream::stream::Config {
@@ -203,7 +215,9 @@ impl NatsSink {
         found.map_err(|e| {
             self.metrics.retry("stream");
             retry("stream", format!("stream {name}: {e}"))
-        })
+        })?;
+        self.stream_known.store(true, Ordering::Release);
+        Ok(())
     }
 }
 
