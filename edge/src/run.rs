@@ -97,9 +97,17 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, "edge ready");
 
     let mut signals = Signals::new()?;
-    let grace = match signals.shutdown().await {
-        Signal::Terminate => settings.drain_grace,
-        _ => Duration::ZERO,
+    let mut spool_failed = false;
+    let grace = tokio::select! {
+        signal = signals.shutdown() => match signal {
+            Signal::Terminate => settings.drain_grace,
+            _ => Duration::ZERO,
+        },
+        () = spool.failed() => {
+            tracing::error!("the spool failed a write or fsync: stopping, so that a restart recovers from what is on disk (nothing since was acknowledged)");
+            spool_failed = true;
+            Duration::ZERO
+        }
     };
     readiness.draining.store(true, Ordering::Release);
     tracing::info!(
@@ -113,6 +121,9 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         backhaul.stop().await;
     }
     spool.close().await;
+    if spool_failed {
+        anyhow::bail!("stopped after a spool failure");
+    }
     tracing::info!("edge stopped");
     Ok(())
 }

@@ -95,6 +95,9 @@ async fn kill_9_midway(preallocate: bool) {
         .filter(|p| p.extension().is_some_and(|x| x == "seg"))
         .max()
         .unwrap();
+    let newest_bytes = std::fs::read(&newest).unwrap();
+    let scan = edge::spool::scan::scan_segment(&newest_bytes);
+    let format = scan.format.unwrap();
     let mut torn = Vec::new();
     edge::spool::record::Record {
         seq: u64::MAX,
@@ -107,11 +110,10 @@ async fn kill_9_midway(preallocate: bool) {
         body: vec![b't'; 300],
     }
     .view()
-    .encode_frame(&mut torn)
+    .encode_frame(&format, &mut torn)
     .unwrap();
     // Where the records end: in a preallocated segment, zeros follow.
-    let newest_bytes = std::fs::read(&newest).unwrap();
-    let records_end = edge::spool::scan::scan_segment(&newest_bytes).valid_len;
+    let records_end = scan.end;
     assert_eq!(newest_bytes.len() > records_end, preallocate);
     std::fs::OpenOptions::new()
         .write(true)

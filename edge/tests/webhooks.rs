@@ -360,7 +360,7 @@ async fn full_spool_answers_503_with_retry_after_and_writes_nothing_partial() {
         .collect();
     let held: usize = segments
         .iter()
-        .map(|bytes| edge::spool::scan::scan_segment(bytes).valid_len)
+        .map(|bytes| edge::spool::scan::scan_segment(bytes).end)
         .sum();
     assert!(held <= 2 << 20, "spool holds {held} bytes, over max_bytes");
     // Beyond the records only the active segment's preallocated zeros.

@@ -1,25 +1,34 @@
 #![no_main]
-use edge::spool::record::SEGMENT_MAGIC;
 use edge::spool::scan::scan_segment;
 
-// What recovery reads from disk after a crash: any bytes. The valid prefix is within the
-// input, every record it yields encodes back to exactly the bytes it came from, and a
-// scan that did not stop leaves only preallocated zeros after the prefix.
+// The recovery scanner over arbitrary bytes: every record it yields re-encodes to exactly
+// the bytes it came from, records and damaged regions follow one another without
+// overlapping, inside the bytes, and without a tail only preallocated zeros follow them.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let scan = scan_segment(data);
-    assert!(scan.valid_len <= data.len());
-    let mut offset = SEGMENT_MAGIC.len();
-    let mut frame = Vec::new();
-    for (record, &len) in scan.records.iter().zip(&scan.frame_lens) {
-        frame.clear();
-        assert_eq!(record.encode_frame(&mut frame), Ok(len));
-        assert_eq!(&frame[..], &data[offset..offset + len]);
-        offset += len;
+    let Ok(format) = scan.format else {
+        assert!(scan.records.is_empty());
+        return;
+    };
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for scanned in &scan.records {
+        let mut frame = Vec::new();
+        assert_eq!(
+            scanned.record.encode_frame(&format, &mut frame),
+            Ok(scanned.len)
+        );
+        assert_eq!(&data[scanned.offset..scanned.offset + scanned.len], &frame[..]);
+        spans.push((scanned.offset, scanned.len));
     }
-    if !scan.records.is_empty() {
-        assert_eq!(offset, scan.valid_len);
+    spans.extend(scan.damaged.iter().map(|d| (d.offset, d.len)));
+    spans.sort();
+    let mut at = format.header_len();
+    for (offset, len) in spans {
+        assert!(offset >= at, "overlap at {offset}");
+        at = offset + len;
     }
-    if scan.stop.is_none() {
-        assert!(data[scan.valid_len..].iter().all(|&b| b == 0));
+    assert!(at <= scan.end && scan.end <= data.len().max(format.header_len()));
+    if scan.tail.is_none() {
+        assert!(data.get(scan.end..).unwrap_or_default().iter().all(|&b| b == 0));
     }
 });

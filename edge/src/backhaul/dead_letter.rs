@@ -1,21 +1,24 @@
 //! Events the origin refused for good are kept, not dropped: one file per event under
 //! `<spool.dir>/dead-letter/`, in the spool's record format, written durably.
 
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::spool::checkpoint::sync_dir;
+use crate::spool::checkpoint::{create_dir_durably, sync_dir};
+use crate::spool::new_segment_format;
 use crate::spool::record::Record;
 
 pub fn store(spool_dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
     let dir = spool_dir.join("dead-letter");
-    fs::create_dir_all(&dir)?;
+    create_dir_durably(&dir)?;
     let path = dir.join(format!("{:020}.rec", record.seq));
-    let mut frame = Vec::new();
+    // A spool segment of one frame, readable by `edge spool-dump`.
+    let format = new_segment_format()?;
+    let mut frame = format.header();
     record
         .view()
-        .encode_frame(&mut frame)
+        .encode_frame(&format, &mut frame)
         .map_err(std::io::Error::other)?;
     let mut file = OpenOptions::new()
         .write(true)

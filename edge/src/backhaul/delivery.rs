@@ -17,7 +17,7 @@ use super::retry::{Backoff, unit_random};
 use super::{DeliveryError, Sink, dead_letter};
 use crate::config::BackhaulSettings;
 use crate::spool::record::Record;
-use crate::spool::{Spool, SpoolReader};
+use crate::spool::{Batch, Spool, SpoolReader};
 
 /// Runs until `stop` turns true; writes a last checkpoint before returning.
 pub async fn run(
@@ -41,7 +41,12 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if pending.is_empty() && deliveries.len() < settings.max_in_flight {
-            for record in read_batch(&mut reader, &metrics).await {
+            let batch = read_batch(&mut reader, &metrics).await;
+            // Lost to damage: nothing to deliver, and nothing to wait for.
+            for seq in batch.lost.into_iter().flatten() {
+                window.finished(seq);
+            }
+            for record in batch.records {
                 window.read(record.seq, record.received_ms);
                 pending.push_back(record);
             }
@@ -84,7 +89,7 @@ pub async fn run(
 
 /// Reads the next records off the spool (on the blocking pool: it reads files); on an
 /// error, logs, counts and pauses, and returns nothing.
-async fn read_batch(reader: &mut Option<SpoolReader>, metrics: &BackhaulMetrics) -> Vec<Record> {
+async fn read_batch(reader: &mut Option<SpoolReader>, metrics: &BackhaulMetrics) -> Batch {
     let mut taken = reader.take().expect("reader");
     let (returned, batch) = tokio::task::spawn_blocking(move || {
         let batch = taken.read_batch(READ_BATCH);
@@ -94,12 +99,12 @@ async fn read_batch(reader: &mut Option<SpoolReader>, metrics: &BackhaulMetrics)
     .expect("spool reader task");
     *reader = Some(returned);
     match batch {
-        Ok(records) => records,
+        Ok(batch) => batch,
         Err(e) => {
             tracing::error!(error = %e, "backhaul cannot read the spool; retrying");
             metrics.retry("spool_read");
             tokio::time::sleep(Duration::from_secs(1)).await;
-            Vec::new()
+            Batch::default()
         }
     }
 }

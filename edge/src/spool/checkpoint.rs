@@ -41,6 +41,27 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Creates `dir` and any missing parents durably: each new directory's entry is fsynced
+/// in its parent, or a power cut could take the directory, and all that was fsynced into
+/// it, away.
+pub fn create_dir_durably(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_durably(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    sync_dir(
+        dir.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new(".")),
+    )
+}
+
 fn encode(seq: u64) -> [u8; ENCODED_LEN] {
     let mut out = [0; ENCODED_LEN];
     out[..8].copy_from_slice(&seq.to_le_bytes());

@@ -28,6 +28,10 @@ pub struct SpoolMetrics {
     pub rolls: Family<Reason, Counter>,
     /// Events whose unsigned delivery id was already stored with another body.
     pub id_conflicts: Counter,
+    /// Records the backhaul found lost to damage (or in a quarantined segment) and
+    /// skipped, and the damaged bytes it skipped.
+    pub damaged_records: Counter,
+    pub damaged_bytes: Counter,
 }
 
 impl SpoolMetrics {
@@ -44,6 +48,8 @@ impl SpoolMetrics {
             batch_records: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
             rolls: Family::default(),
             id_conflicts: Counter::default(),
+            damaged_records: Counter::default(),
+            damaged_bytes: Counter::default(),
         };
         registry.register(
             "dedupe_id_conflicts",
@@ -86,6 +92,16 @@ impl SpoolMetrics {
             "batch_records",
             "Appends per group commit",
             metrics.batch_records.clone(),
+        );
+        spool.register(
+            "damaged_records",
+            "Records lost to damage on disk (or in a segment moved to quarantine), skipped by the backhaul so delivery goes on; edge spool-verify names them",
+            metrics.damaged_records.clone(),
+        );
+        spool.register(
+            "damaged_bytes",
+            "Damaged spool bytes the backhaul skipped",
+            metrics.damaged_bytes.clone(),
         );
         spool.register(
             "rolls",

@@ -4,8 +4,10 @@
 //! at start, a checkpoint the backhaul advances, and a reader for the backhaul.
 
 pub mod checkpoint;
+mod inspect;
 mod lag;
 pub mod metrics;
+pub mod quarantine;
 mod reader;
 pub mod recent_ids;
 pub mod record;
@@ -15,7 +17,7 @@ pub mod scan;
 mod spare;
 mod writer;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,8 +26,9 @@ use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use inspect::{DamagedRegion, Inspection, UnreadableSegment, dump, inspect};
 pub use metrics::SpoolMetrics;
-pub use reader::SpoolReader;
+pub use reader::{Batch, SpoolReader};
 pub use recovery::RecoveryReport;
 
 use crate::config::SpoolSettings;
@@ -86,6 +89,7 @@ impl AppendError {
 pub struct Spool {
     commands: mpsc::UnboundedSender<writer::Command>,
     shared: Arc<Shared>,
+    metrics: SpoolMetrics,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -102,6 +106,8 @@ pub(crate) struct Shared {
     high_water_bytes: u64,
     max_bytes: u64,
     failed: AtomicBool,
+    /// Woken when `failed` turns true.
+    failure: Notify,
     /// Set by the writer on ENOSPC; cleared once `resume_at_free` bytes are free.
     disk_full: AtomicBool,
     /// Free bytes that end the disk-full state: what was free right after the failed
@@ -111,6 +117,11 @@ pub(crate) struct Shared {
     /// The margin: one segment.
     room_to_resume: u64,
     durable: Notify,
+    /// The active segment (its first sequence number) and where its durable bytes end:
+    /// the reader reads no further, so a write in progress is never taken for damage.
+    durable_end: Mutex<(u64, u64)>,
+    /// Segments the reader found damage in: quarantined, not deleted, once delivered.
+    damaged_segments: Mutex<BTreeSet<u64>>,
 }
 
 impl Spool {
@@ -136,17 +147,27 @@ impl Spool {
             high_water_bytes: (settings.max_bytes as f64 * settings.high_water) as u64,
             max_bytes: settings.max_bytes,
             failed: AtomicBool::new(false),
+            failure: Notify::new(),
             disk_full: AtomicBool::new(false),
             resume_at_free: AtomicU64::new(0),
             room_to_resume: settings.segment_bytes,
             durable: Notify::new(),
+            durable_end: Mutex::new(active_end(&recovered)),
+            damaged_segments: Mutex::new(BTreeSet::new()),
         });
         let (commands, rx) = mpsc::unbounded_channel();
-        let writer = writer::Writer::new(settings, pop, recovered, Arc::clone(&shared), metrics);
+        let writer = writer::Writer::new(
+            settings,
+            pop,
+            recovered,
+            Arc::clone(&shared),
+            metrics.clone(),
+        );
         let task = tokio::spawn(tracing::Instrument::in_current_span(writer.run(rx)));
         let spool = Spool {
             commands,
             shared,
+            metrics,
             task: Mutex::new(Some(task)),
         };
         Ok((spool, report))
@@ -182,7 +203,7 @@ impl Spool {
     /// A reader positioned after the checkpoint: it yields every record the origin has
     /// not confirmed, in order.
     pub fn reader(&self) -> SpoolReader {
-        SpoolReader::new(Arc::clone(&self.shared))
+        SpoolReader::new(Arc::clone(&self.shared), self.metrics.clone())
     }
 
     /// Waits until a record newer than `seq` is durable.
@@ -205,6 +226,21 @@ impl Spool {
     pub fn writer_task(&self) -> Option<tokio::task::AbortHandle> {
         let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
         task.as_ref().map(JoinHandle::abort_handle)
+    }
+
+    /// Returns once a write or fsync has failed: from then on the spool refuses every
+    /// append, and only a restart (whose recovery reads what is really on disk) brings
+    /// it back.
+    pub async fn failed(&self) {
+        loop {
+            let notified = self.shared.failure.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.shared.failed.load(Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Why the spool cannot take new events, if it cannot (for readiness).
@@ -244,6 +280,30 @@ impl Spool {
 }
 
 impl Shared {
+    fn durable_end(&self) -> (u64, u64) {
+        *self.durable_end.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_durable_end(&self, active_first: u64, len: u64) {
+        *self.durable_end.lock().unwrap_or_else(|e| e.into_inner()) = (active_first, len);
+    }
+
+    fn mark_damaged(&self, first: u64) {
+        self.damaged_segments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(first);
+    }
+
+    fn take_damaged(&self) -> BTreeSet<u64> {
+        std::mem::take(
+            &mut *self
+                .damaged_segments
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
     /// Whether appends may go to disk: not while the disk is full. While it is, the
     /// filesystem is asked, since with no traffic (the route withdrawn) no append would
     /// find out that space came back (the backhaul delivered, or an operator freed some);
@@ -268,6 +328,22 @@ impl Shared {
         self.resume_at_free.store(resume_at, Ordering::Release);
         !self.disk_full.swap(true, Ordering::AcqRel)
     }
+}
+
+/// The format of a new segment (or dead letter): version 2 with a random seed.
+pub(crate) fn new_segment_format() -> std::io::Result<record::SegmentFormat> {
+    let mut seed = [0u8; 4];
+    aws_lc_rs::rand::fill(&mut seed)
+        .map_err(|_| std::io::Error::other("no randomness for a segment seed"))?;
+    Ok(record::SegmentFormat::seeded(u32::from_le_bytes(seed)))
+}
+
+/// The active segment and where its durable bytes end, after recovery.
+fn active_end(recovered: &recovery::Recovered) -> (u64, u64) {
+    recovered
+        .segments
+        .last_key_value()
+        .map_or((0, 0), |(&first, meta)| (first, meta.bytes))
 }
 
 /// Free bytes on the filesystem under `dir` (0 when it cannot be asked).
@@ -297,22 +373,6 @@ fn list_segments(dir: &std::path::Path) -> std::io::Result<Vec<(u64, PathBuf)>> 
     }
     segments.sort();
     Ok(segments)
-}
-
-/// Every whole record in the spool directory, oldest first, without locking or changing
-/// anything (for inspection and tests).
-pub fn dump(dir: &std::path::Path) -> std::io::Result<Vec<record::Record>> {
-    let mut records = Vec::new();
-    for (_, path) in list_segments(dir)? {
-        let bytes = std::fs::read(&path)?;
-        records.extend(
-            scan::scan_segment(&bytes)
-                .records
-                .iter()
-                .map(record::RecordView::to_owned_record),
-        );
-    }
-    Ok(records)
 }
 
 #[cfg(test)]
@@ -363,8 +423,12 @@ mod tests {
             .map(|path| {
                 let bytes = std::fs::read(path).unwrap();
                 let scan = scan::scan_segment(&bytes);
-                assert_eq!(scan.stop, None, "{}", path.display());
-                (bytes.len(), scan.valid_len)
+                assert!(
+                    scan.tail.is_none() && scan.damaged.is_empty(),
+                    "{}",
+                    path.display()
+                );
+                (bytes.len(), scan.end)
             })
             .collect()
     }
@@ -392,7 +456,7 @@ mod tests {
     /// (preallocated zeros may follow them).
     fn flip_byte(path: &std::path::Path, from_end: usize) {
         let mut bytes = std::fs::read(path).unwrap();
-        let at = scan::scan_segment(&bytes).valid_len - from_end;
+        let at = scan::scan_segment(&bytes).end - from_end;
         bytes[at] ^= 0x10;
         std::fs::write(path, &bytes).unwrap();
     }
@@ -419,17 +483,20 @@ mod tests {
         assert!(segment_files(dir.path()).len() > 2, "4 KiB segments roll");
 
         let mut reader = spool.reader();
-        let first = reader.read_batch(7).unwrap();
+        let first = reader.read_batch(7).unwrap().records;
         assert_eq!(
             first.iter().map(|r| r.seq).collect::<Vec<_>>(),
             (1..=7).collect::<Vec<_>>()
         );
-        let rest = reader.read_batch(100).unwrap();
+        let rest = reader.read_batch(100).unwrap().records;
         assert_eq!(
             rest.iter().map(|r| r.seq).collect::<Vec<_>>(),
             (8..=20).collect::<Vec<_>>()
         );
-        assert!(reader.read_batch(100).unwrap().is_empty(), "caught up");
+        assert!(
+            reader.read_batch(100).unwrap().records.is_empty(),
+            "caught up"
+        );
         assert_eq!(
             (rest[0].pop.as_str(), rest[0].event_id.as_str()),
             ("pop1", "e7")
@@ -444,10 +511,11 @@ mod tests {
                 .reader()
                 .read_batch(100)
                 .unwrap()
+                .records
                 .iter()
                 .all(|r| r.seq > 12)
         );
-        assert_eq!(spool.reader().read_batch(1).unwrap()[0].seq, 13);
+        assert_eq!(spool.reader().read_batch(1).unwrap().records[0].seq, 13);
 
         let waiter = spool.wait_durable_after(20);
         let appended = spool.append(event("e20", 10));
@@ -466,7 +534,7 @@ mod tests {
             spool.append(event("new", 1)).await,
             Ok(Appended::Stored { seq: 22 })
         );
-        let unread = spool.reader().read_batch(100).unwrap();
+        let unread = spool.reader().read_batch(100).unwrap().records;
         assert_eq!(unread.first().map(|r| r.seq), Some(13));
         assert_eq!(unread.last().map(|r| r.seq), Some(22));
         spool.close().await;
@@ -486,7 +554,8 @@ mod tests {
             let started = std::time::Instant::now();
             while seen.len() < COUNT && started.elapsed() < Duration::from_secs(20) {
                 if let Ok(batch) = reader.read_batch(3) {
-                    seen.extend(batch.into_iter().map(|r| r.seq));
+                    assert!(batch.lost.is_empty(), "{:?}", batch.lost);
+                    seen.extend(batch.records.into_iter().map(|r| r.seq));
                 }
             }
             seen
@@ -512,29 +581,138 @@ mod tests {
         );
     }
 
-    /// A record the reader cannot decode stops it there: what came before is returned
-    /// once, nothing after it is skipped, and the failure is reported on the next call.
+    /// A record damaged while the edge runs does not stall the reader: it is skipped,
+    /// reported lost and counted, and every record after it is read.
     #[tokio::test]
-    async fn a_read_failure_returns_the_records_before_it_and_skips_none() {
+    async fn a_damaged_record_is_skipped_counted_and_the_rest_is_read() {
         let dir = tempfile::tempdir().unwrap();
-        let (spool, _) = open(dir.path());
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let (spool, _) = open_with(&settings(dir.path()), metrics.clone());
         for i in 0..20 {
             spool.append(event(&format!("h{i}"), 700)).await.unwrap();
         }
         let segments = list_segments(dir.path()).unwrap();
-        let broken = &segments[2].1;
-        // The broken segment's last record is the one before the next segment's first.
-        let last_good = segments[3].0 - 2;
-        flip_byte(broken, 1);
+        // The last record of the third segment: the one before the fourth's first.
+        let damaged = segments[3].0 - 1;
+        flip_byte(&segments[2].1, 1);
 
         let mut reader = spool.reader();
-        let before = reader.read_batch(100).unwrap();
+        let batch = reader.read_batch(100).unwrap();
+        let read: Vec<u64> = batch.records.iter().map(|r| r.seq).collect();
+        let expected: Vec<u64> = (1..=20).filter(|&seq| seq != damaged).collect();
+        assert_eq!(read, expected);
+        assert_eq!(batch.lost, vec![damaged..=damaged]);
+        assert_eq!(metrics.damaged_records.get(), 1);
+        assert!(metrics.damaged_bytes.get() > 700);
+        assert_eq!(reader.next_seq(), 21);
+        spool.close().await;
+    }
+
+    /// A spool an older release wrote (segments of version 1) is read, and appends go on
+    /// in its active segment until it is sealed; new segments are version 2.
+    #[tokio::test]
+    async fn segments_of_the_previous_format_are_read_and_appended_to() {
+        use record::{Record, SegmentFormat};
+        let dir = tempfile::tempdir().unwrap();
+        for (first, seqs) in [(1, 1..=3), (4, 4..=5)] {
+            let mut bytes = SegmentFormat::V1.header();
+            for seq in seqs {
+                let record = Record {
+                    seq,
+                    received_ms: 1,
+                    early: false,
+                    pop: "old".into(),
+                    route: "r".into(),
+                    event_id: format!("v1-{seq}"),
+                    headers: Vec::new(),
+                    body: vec![b'o'; 500],
+                };
+                record
+                    .view()
+                    .encode_frame(&SegmentFormat::V1, &mut bytes)
+                    .unwrap();
+            }
+            std::fs::write(segment_path(dir.path(), first), bytes).unwrap();
+        }
+        let (spool, report) = open(dir.path());
+        assert_eq!((report.records, report.next_seq), (5, 6));
         assert_eq!(
-            before.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            (1..=last_good).collect::<Vec<_>>()
+            spool.append(event("v1-5", 10)).await,
+            Ok(Appended::Duplicate { seq: 5 }),
+            "the old records' ids are known"
         );
-        assert!(reader.read_batch(100).is_err(), "the bad record again");
-        assert_eq!(reader.next_seq(), last_good + 1, "nothing skipped");
+        for i in 6..=20 {
+            spool.append(event(&format!("new-{i}"), 700)).await.unwrap();
+        }
+        let read = spool.reader().read_batch(100).unwrap();
+        assert_eq!(
+            read.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=20).collect::<Vec<_>>()
+        );
+        spool.close().await;
+        let formats: Vec<SegmentFormat> = segment_files(dir.path())
+            .iter()
+            .map(|path| SegmentFormat::read(&std::fs::read(path).unwrap()).unwrap())
+            .collect();
+        assert_eq!(formats[..2], [SegmentFormat::V1, SegmentFormat::V1]);
+        assert!(
+            formats[2..]
+                .iter()
+                .all(|f| matches!(f, SegmentFormat::V2 { .. })),
+            "{formats:?}"
+        );
+    }
+
+    /// Damage in the middle of a sealed segment, and a segment whose header cannot be
+    /// read: recovery keeps every record around the damage and moves the unreadable
+    /// segment to quarantine; no segment is deleted before its records are delivered.
+    #[tokio::test]
+    async fn recovery_keeps_what_damage_spared_and_quarantines_what_it_cannot_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = open(dir.path());
+        for i in 0..24 {
+            spool.append(event(&format!("d{i}"), 700)).await.unwrap();
+        }
+        spool.close().await;
+        let segments = list_segments(dir.path()).unwrap();
+        let middle = {
+            let bytes = std::fs::read(&segments[1].1).unwrap();
+            let scan = scan::scan_segment(&bytes);
+            scan.records[1].offset + 40
+        };
+        let mut bytes = std::fs::read(&segments[1].1).unwrap();
+        bytes[middle] ^= 0x01;
+        std::fs::write(&segments[1].1, &bytes).unwrap();
+        let mut bytes = std::fs::read(&segments[2].1).unwrap();
+        bytes.fill(0xee);
+        std::fs::write(&segments[2].1, &bytes).unwrap();
+        let unreadable = segments[2].0..segments[3].0;
+
+        let (spool, report) = open(dir.path());
+        assert_eq!((report.damaged, report.quarantined), (1, 1));
+        let quarantined = quarantine::list(dir.path()).unwrap();
+        assert_eq!(quarantined.len(), 1);
+        assert!(
+            quarantined[0].1.contains("cannot be read"),
+            "{quarantined:?}"
+        );
+        let batch = spool.reader().read_batch(100).unwrap();
+        let damaged = segments[1].0 + 1;
+        let expected: Vec<u64> = (1..=24)
+            .filter(|seq| *seq != damaged && !unreadable.contains(seq))
+            .collect();
+        assert_eq!(
+            batch.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            expected
+        );
+        assert_eq!(
+            batch.lost,
+            vec![damaged..=damaged, unreadable.start..=unreadable.end - 1]
+        );
+        // Delivered through the damaged segment: it goes to quarantine, not away.
+        spool.advance_checkpoint(segments[3].0).await.unwrap();
+        assert!(!segments[1].1.exists() && !segments[0].1.exists());
+        assert_eq!(quarantine::list(dir.path()).unwrap().len(), 2);
         spool.close().await;
     }
 
@@ -614,13 +792,10 @@ mod tests {
             "{sealed:?}"
         );
         assert_eq!(active.0, 4096, "the active segment is preallocated");
-        assert!(
-            active.1 > record::SEGMENT_MAGIC.len() && active.1 < 4096,
-            "{active:?}"
-        );
+        assert!(active.1 > 32 && active.1 < 4096, "{active:?}");
         let read = spool.reader().read_batch(5000).unwrap();
         assert_eq!(
-            read.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            read.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
             (1..=appended).collect::<Vec<_>>()
         );
         spool.close().await;
@@ -704,10 +879,12 @@ mod tests {
         );
         spool.close().await;
 
-        // A crash right after creating a segment leaves an empty file as the newest.
+        // A crash right after creating a segment leaves an empty file as the newest:
+        // nothing is in it, and it goes.
         std::fs::File::create(segment_path(dir.path(), 4)).unwrap();
         let (spool, report) = open(dir.path());
-        assert_eq!(report.cut.len(), 1, "{:?}", report.cut);
+        assert_eq!((report.cut.len(), report.quarantined), (0, 0));
+        assert!(!segment_path(dir.path(), 4).exists());
         assert_eq!(
             spool.append(event("g3", 100)).await,
             Ok(Appended::Stored { seq: 4 })

@@ -1,29 +1,46 @@
 //! Sequential reader of durable records, for the backhaul. It reads the segment files
-//! itself (no coordination with the writer beyond the published durable sequence), and
-//! never returns a record that is not yet durable.
+//! itself (no coordination with the writer beyond the durable position it publishes),
+//! and never returns a record that is not yet durable.
+//!
+//! It never stalls on damage: a frame that fails its check is skipped to where whole
+//! frames resume (`scan::resume_after`), the region is counted and logged, and every
+//! sequence number it never returns (damaged, or in a segment moved to quarantine) is
+//! reported as lost, so that delivery can account for it and go on.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::record::{
-    FRAME_HEADER_LEN, Record, SEGMENT_MAGIC, decode_frame, frame_len, is_unwritten,
-};
+use super::metrics::SpoolMetrics;
+use super::record::{FRAME_HEADER_LEN, Record, SegmentFormat, decode_frame, frame_len};
+use super::scan::resume_after;
 use super::{Shared, list_segments, segment_path};
 
 pub struct SpoolReader {
     shared: Arc<Shared>,
+    metrics: SpoolMetrics,
     next_seq: u64,
-    /// The segment being read (its first sequence number) and the offset of the next frame.
-    position: Option<(u64, u64)>,
+    /// The segment being read: its first sequence number, the offset of the next frame,
+    /// and how its frames are checked.
+    position: Option<(u64, u64, SegmentFormat)>,
+}
+
+/// What one read returns: durable records in order, and the sequence numbers skipped
+/// before them because their records are lost.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub records: Vec<Record>,
+    pub lost: Vec<RangeInclusive<u64>>,
 }
 
 impl SpoolReader {
-    pub(super) fn new(shared: Arc<Shared>) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, metrics: SpoolMetrics) -> Self {
         let next_seq = shared.checkpoint.load(Ordering::Acquire) + 1;
         Self {
             shared,
+            metrics,
             next_seq,
             position: None,
         }
@@ -40,100 +57,174 @@ impl SpoolReader {
     /// A failure after some records were read returns those records (the reader has
     /// moved past them, so dropping them would skip them for good); the failure comes
     /// back on the next call if it lasts.
-    pub fn read_batch(&mut self, max: usize) -> io::Result<Vec<Record>> {
-        let mut out = Vec::new();
-        match self.fill(&mut out, max) {
-            Err(e) if out.is_empty() => Err(e),
-            _ => Ok(out),
+    pub fn read_batch(&mut self, max: usize) -> io::Result<Batch> {
+        let mut batch = Batch::default();
+        match self.fill(&mut batch, max) {
+            Err(e) if batch.records.is_empty() && batch.lost.is_empty() => Err(e),
+            _ => Ok(batch),
         }
     }
 
-    fn fill(&mut self, out: &mut Vec<Record>, max: usize) -> io::Result<()> {
+    fn fill(&mut self, batch: &mut Batch, max: usize) -> io::Result<()> {
         let durable = self.shared.durable_seq.load(Ordering::Acquire);
-        while out.len() < max && self.next_seq <= durable {
-            let (first, offset) = match self.position {
+        while batch.records.len() < max && self.next_seq <= durable {
+            let (first, offset, format) = match self.position {
                 Some(position) => position,
                 None => match self.locate()? {
-                    Some(first) => (first, SEGMENT_MAGIC.len() as u64),
+                    Some(position) => position,
                     None => break,
                 },
             };
-            let mut file = File::open(segment_path(&self.shared.dir, first))?;
-            let end = file.metadata()?.len();
+            let (active_first, active_end) = self.shared.durable_end();
+            let path = segment_path(&self.shared.dir, first);
+            let mut file = File::open(&path)?;
+            let file_len = file.metadata()?.len();
+            let end = if first == active_first {
+                active_end.min(file_len)
+            } else {
+                file_len
+            };
             file.seek(SeekFrom::Start(offset))?;
-            let mut file = BufReader::with_capacity(READ_BUFFER, file);
+            let mut reading = BufReader::with_capacity(READ_BUFFER, file);
             let mut offset = offset;
-            let mut reached_unsynced = false;
-            while out.len() < max && offset + FRAME_HEADER_LEN as u64 <= end {
-                let mut header = [0u8; FRAME_HEADER_LEN];
-                // Preallocated room the writer has not reached, or a segment cut to its
-                // records by a roll since we measured it: nothing more here yet.
-                let nothing_more = match file.read_exact(&mut header) {
-                    Ok(()) => is_unwritten(&header),
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => true,
-                    Err(e) => return Err(e),
+            let mut caught_up = false;
+            while batch.records.len() < max && offset + FRAME_HEADER_LEN as u64 <= end {
+                let whole = read_frame(&mut reading, offset, end, &format)?;
+                let Some((record, len)) = whole else {
+                    offset = self.skip_damage(&path, first, offset, end, &format)?;
+                    reading.seek(SeekFrom::Start(offset))?;
+                    continue;
                 };
-                if nothing_more {
-                    reached_unsynced = true;
-                    break;
-                }
-                let len = frame_len(&header).map_err(invalid)?;
-                if offset + len as u64 > end {
-                    // The writer is still writing this frame; it is not durable yet.
-                    reached_unsynced = true;
-                    break;
-                }
-                let mut frame = vec![0u8; len];
-                frame[..FRAME_HEADER_LEN].copy_from_slice(&header);
-                file.read_exact(&mut frame[FRAME_HEADER_LEN..])?;
-                let (record, _) = decode_frame(&frame).map_err(invalid)?;
                 if record.seq > durable {
-                    reached_unsynced = true;
+                    caught_up = true;
                     break;
                 }
-                offset += len as u64;
+                offset += len;
                 if record.seq >= self.next_seq {
+                    if record.seq > self.next_seq {
+                        self.lost(batch, self.next_seq..=record.seq - 1);
+                    }
                     self.next_seq = record.seq + 1;
-                    out.push(record.to_owned_record());
+                    batch.records.push(record);
                 }
             }
-            self.position = Some((first, offset));
-            if reached_unsynced || out.len() >= max {
+            self.position = Some((first, offset, format));
+            if caught_up || batch.records.len() >= max || first == active_first {
                 break;
             }
-            // This segment is exhausted as far as we measured it; move on if a newer one
-            // exists. The writer rolls only after the last flush into this one, so once
-            // the next exists this one's length is final, but it may have grown since we
-            // measured it (a flush, then a roll, while we read): then read the rest first,
-            // or those records would be skipped.
+            // A sealed segment read to its end: on to the next one.
             match self.segment_after(first)? {
-                Some(_)
-                    if std::fs::metadata(segment_path(&self.shared.dir, first))?.len() > end => {}
-                Some(next) => self.position = Some((next, SEGMENT_MAGIC.len() as u64)),
+                Some(next) => self.position = Some(next),
                 None => break,
             }
         }
         Ok(())
     }
 
-    /// The segment that holds `next_seq`: the newest whose first sequence is not after it.
-    fn locate(&self) -> io::Result<Option<u64>> {
+    /// Skips the damaged frame at `offset` to where whole frames resume (or the end of
+    /// what is durable); counts and logs the region. Returns where reading goes on.
+    fn skip_damage(
+        &self,
+        path: &std::path::Path,
+        first: u64,
+        offset: u64,
+        end: u64,
+        format: &SegmentFormat,
+    ) -> io::Result<u64> {
+        let mut rest = vec![0u8; (end - offset) as usize];
+        let mut file = File::open(path)?;
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_exact(&mut rest)?;
+        let last = self.next_seq.checked_sub(1).filter(|&seq| seq >= first);
+        let resume =
+            resume_after(&rest, 0, rest.len(), last, format).map_or(rest.len(), |(at, _)| at);
+        self.metrics.damaged_bytes.inc_by(resume as u64);
+        self.shared.mark_damaged(first);
+        tracing::error!(segment = %path.display(), offset, bytes = resume, "spool region damaged: skipped; the records in it are lost and counted, delivery goes on");
+        Ok(offset + resume as u64)
+    }
+
+    /// Accounts for sequence numbers that will never be returned.
+    fn lost(&self, batch: &mut Batch, seqs: RangeInclusive<u64>) {
+        let count = seqs.end() - seqs.start() + 1;
+        self.metrics.damaged_records.inc_by(count);
+        tracing::error!(
+            from = seqs.start(),
+            to = seqs.end(),
+            count,
+            "spool records lost to damage or quarantine: accounted for, not delivered"
+        );
+        batch.lost.push(seqs);
+    }
+
+    /// The segment that holds `next_seq` (the newest whose first sequence is not after
+    /// it), at its first frame.
+    fn locate(&self) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
         let segments = list_segments(&self.shared.dir)?;
         let holding = segments
             .iter()
             .rev()
-            .find(|(first, _)| *first <= self.next_seq);
-        Ok(holding.or(segments.first()).map(|(first, _)| *first))
+            .find(|(first, _)| *first <= self.next_seq)
+            .or(segments.first());
+        match holding {
+            Some((first, _)) => self.start_of(*first),
+            None => Ok(None),
+        }
     }
 
-    fn segment_after(&self, first: u64) -> io::Result<Option<u64>> {
+    /// The segment after `first`, at its first frame.
+    fn segment_after(&self, first: u64) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
         let segments = list_segments(&self.shared.dir)?;
-        Ok(segments.into_iter().map(|(f, _)| f).find(|f| *f > first))
+        match segments.into_iter().map(|(f, _)| f).find(|f| *f > first) {
+            Some(next) => self.start_of(next),
+            None => Ok(None),
+        }
+    }
+
+    /// Where the frames of segment `first` start, from its header. A header damaged
+    /// since recovery makes the whole segment unreadable: its records are lost, counted
+    /// when the reader reaches the next one.
+    fn start_of(&self, first: u64) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
+        let path = segment_path(&self.shared.dir, first);
+        let mut start = Vec::new();
+        File::open(&path)?
+            .take(HEADER_READ)
+            .read_to_end(&mut start)?;
+        match SegmentFormat::detect(&start) {
+            Ok((format, _)) => Ok(Some((first, format.header_len() as u64, format))),
+            Err(error) => {
+                self.shared.mark_damaged(first);
+                tracing::error!(segment = %path.display(), %error, "spool segment header damaged since start: its records cannot be read");
+                let after = self.segment_after(first)?;
+                Ok(after)
+            }
+        }
     }
 }
 
-fn invalid(error: impl std::fmt::Display) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, error.to_string())
+/// The whole frame at `offset`, or `None` when it fails its check (or overruns `end`).
+fn read_frame(
+    file: &mut BufReader<File>,
+    offset: u64,
+    end: u64,
+    format: &SegmentFormat,
+) -> io::Result<Option<(Record, u64)>> {
+    let mut header = [0u8; FRAME_HEADER_LEN];
+    file.read_exact(&mut header)?;
+    let Ok(len) = frame_len(&header) else {
+        return Ok(None);
+    };
+    if offset + len as u64 > end {
+        return Ok(None);
+    }
+    let mut frame = vec![0u8; len];
+    frame[..FRAME_HEADER_LEN].copy_from_slice(&header);
+    file.read_exact(&mut frame[FRAME_HEADER_LEN..])?;
+    Ok(decode_frame(&frame, format)
+        .ok()
+        .map(|(record, _)| (record.to_owned_record(), len as u64)))
 }
 
 const READ_BUFFER: usize = 256 * 1024;
+/// Enough of a segment to read its header, or to find its seed again from its frames.
+const HEADER_READ: u64 = 2 << 20;

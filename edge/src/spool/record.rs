@@ -1,9 +1,13 @@
 //! The spool's on-disk record format. Pure: bytes in, bytes out.
 //!
-//! A segment file starts with [`SEGMENT_MAGIC`], then frames back to back:
+//! A segment file starts with a header, then frames back to back:
 //!
 //! ```text
-//! frame   = len:u32le  crc32c:u32le  payload[len]          (crc over payload)
+//! header  = "EDGSPL02" (seed:u32le crc32c(seed):u32le) × 2    (version 2, 24 bytes)
+//!         | "EDGSPL01"                                        (version 1, read only)
+//! frame   = len:u32le crc:u32le payload[len]
+//!           version 2: crc = crc32c continued from seed over len ‖ payload
+//!           version 1: crc = crc32c(payload)
 //! payload = version:u8 seq:u64le received_ms:u64le flags:u8
 //!           pop:str16 route:str16 event_id:str16
 //!           header_count:u16le (name:str16 value:bytes16)*
@@ -11,17 +15,199 @@
 //! str16   = len:u16le bytes
 //! ```
 //!
+//! The seed is random per segment and never leaves the disk. It makes the frame check a
+//! secret one: after damage, recovery looks for the next frame byte by byte, and a body
+//! that carries a well-formed frame (a sender can make one, with a valid CRC) is never
+//! taken for a record. It is written twice so one damaged copy loses nothing, and can be
+//! solved for from any intact frame when both are lost; the CRC covers the length, so a
+//! damaged length is caught at once.
+//!
 //! A segment may be preallocated: zero bytes after its last frame, which appends
 //! overwrite. A real frame never starts with a zero header (its payload is never empty),
 //! so a zero header marks the end of what was written.
 
 use std::fmt;
 
-pub const SEGMENT_MAGIC: &[u8; 8] = b"EDGSPL01";
 pub const FRAME_HEADER_LEN: usize = 8;
 /// A frame claiming more than this is corrupt (bodies are capped far below it).
 pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
 
+/// How a segment's frames are checked, from its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentFormat {
+    /// Written by releases before the seeded check; read, never written.
+    V1,
+    V2 {
+        seed: u32,
+    },
+}
+
+/// Why a segment's header cannot be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Shorter than a header: the segment was created but its header never made it.
+    #[error("segment header incomplete")]
+    Torn,
+    #[error("not a spool segment (bad magic, no intact seed)")]
+    Unreadable,
+}
+
+impl SegmentFormat {
+    /// A version 2 format with `seed` (random: see the module's documentation).
+    pub fn seeded(seed: u32) -> Self {
+        SegmentFormat::V2 { seed }
+    }
+
+    /// The header a segment of this format starts with.
+    pub fn header(&self) -> Vec<u8> {
+        match self {
+            SegmentFormat::V1 => MAGIC_V1.to_vec(),
+            SegmentFormat::V2 { seed } => {
+                let mut out = MAGIC_V2.to_vec();
+                for _ in 0..2 {
+                    out.extend_from_slice(&seed.to_le_bytes());
+                    out.extend_from_slice(&crc32c::crc32c(&seed.to_le_bytes()).to_le_bytes());
+                }
+                out
+            }
+        }
+    }
+
+    pub fn header_len(&self) -> usize {
+        match self {
+            SegmentFormat::V1 => MAGIC_V1.len(),
+            SegmentFormat::V2 { .. } => HEADER_V2_LEN,
+        }
+    }
+
+    /// Reads a segment's header: version 1 by its magic; version 2 by its magic or, when
+    /// that is damaged, by a seed copy whose CRC holds.
+    pub fn read(bytes: &[u8]) -> Result<SegmentFormat, HeaderError> {
+        if bytes.starts_with(MAGIC_V1) {
+            return Ok(SegmentFormat::V1);
+        }
+        if bytes.len() < HEADER_V2_LEN {
+            let prefix = &bytes[..bytes.len().min(MAGIC_V2.len())];
+            return Err(
+                if MAGIC_V2.starts_with(prefix) || MAGIC_V1.starts_with(prefix) {
+                    HeaderError::Torn
+                } else {
+                    HeaderError::Unreadable
+                },
+            );
+        }
+        let copies = bytes[MAGIC_V2.len()..HEADER_V2_LEN].chunks_exact(8);
+        copies
+            .filter_map(|copy| {
+                let seed = u32::from_le_bytes(copy[..4].try_into().ok()?);
+                let crc = u32::from_le_bytes(copy[4..].try_into().ok()?);
+                (crc32c::crc32c(&copy[..4]) == crc).then_some(SegmentFormat::V2 { seed })
+            })
+            .next()
+            .ok_or(HeaderError::Unreadable)
+    }
+
+    /// The header's format, or when the header cannot be read, the seed found again from
+    /// the frames ([`SegmentFormat::recover`]); says which.
+    pub fn detect(bytes: &[u8]) -> Result<(SegmentFormat, bool), HeaderError> {
+        match SegmentFormat::read(bytes) {
+            Ok(format) => Ok((format, false)),
+            Err(HeaderError::Unreadable) => SegmentFormat::recover(bytes)
+                .map(|format| (format, true))
+                .ok_or(HeaderError::Unreadable),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The seed of a version 2 segment whose header is lost (both copies), found from
+    /// its frames. A frame's check is the seed shifted by the frame's length (a linear,
+    /// invertible map over GF(2)) plus the plain CRC of the frame, so any one frame
+    /// solves for the seed, and a damaged frame solves to a wrong one of its own. So a
+    /// seed is taken once a second frame confirms it (the frame chained after, or another
+    /// that solves to the same seed), or when the segment holds just one frame and zeros
+    /// after it. `None` when nothing confirms one.
+    pub fn recover(bytes: &[u8]) -> Option<SegmentFormat> {
+        let probe_end = bytes.len().min(HEADER_V2_LEN + SEED_PROBE_BYTES);
+        let mut solved: Vec<(SegmentFormat, usize)> = Vec::new();
+        for start in (HEADER_V2_LEN..probe_end)
+            .filter(|&start| may_start_frame(&bytes[start..], None))
+            .take(SEED_PROBE_STARTS)
+        {
+            let Some((format, next)) = seed_from_frame(bytes, start) else {
+                continue;
+            };
+            if solved.iter().any(|(seen, _)| *seen == format)
+                || decode_frame(&bytes[next..], &format).is_ok()
+            {
+                return Some(format);
+            }
+            solved.push((format, next));
+        }
+        match solved[..] {
+            [(format, next)] if bytes[next..].iter().all(|&b| b == 0) => Some(format),
+            _ => None,
+        }
+    }
+
+    /// The check of a frame with this payload.
+    fn crc(&self, payload: &[u8]) -> u32 {
+        match self {
+            SegmentFormat::V1 => crc32c::crc32c(payload),
+            SegmentFormat::V2 { seed } => {
+                let len = (payload.len() as u32).to_le_bytes();
+                crc32c::crc32c_append(crc32c::crc32c_append(*seed, &len), payload)
+            }
+        }
+    }
+}
+
+/// The seed under which the frame at `start` checks, if it then decodes as a record;
+/// with where the next frame would start.
+fn seed_from_frame(bytes: &[u8], start: usize) -> Option<(SegmentFormat, usize)> {
+    let frame = &bytes[start..];
+    let len = u32::from_le_bytes(frame[..4].try_into().ok()?) as usize;
+    let stored = u32::from_le_bytes(frame[4..8].try_into().ok()?);
+    let plain = crc32c::crc32c(&frame[..4]);
+    let plain = crc32c::crc32c_append(plain, frame.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len)?);
+    let format = SegmentFormat::V2 {
+        seed: unshift(stored ^ plain, 4 + len)?,
+    };
+    let (_, frame_len) = decode_frame(frame, &format).ok()?;
+    Some((format, start + frame_len))
+}
+
+/// The `seed` with `shift(seed, len) == shifted`, where `shift` is the CRC state carried
+/// over `len` zero bytes: linear, so solved bit by bit over GF(2).
+fn unshift(shifted: u32, len: usize) -> Option<u32> {
+    let mut rows: Vec<(u32, bool)> = (0..32)
+        .map(|row| {
+            let mask = (0..32)
+                .filter(|&bit| crc32c::crc32c_combine(1 << bit, 0, len) >> row & 1 == 1)
+                .fold(0u32, |mask, bit| mask | 1 << bit);
+            (mask, shifted >> row & 1 == 1)
+        })
+        .collect();
+    for bit in 0..32 {
+        let pivot = (bit..rows.len()).find(|&r| rows[r].0 >> bit & 1 == 1)?;
+        rows.swap(bit, pivot);
+        let (mask, value) = rows[bit];
+        for (r, row) in rows.iter_mut().enumerate() {
+            if r != bit && row.0 >> bit & 1 == 1 {
+                row.0 ^= mask;
+                row.1 ^= value;
+            }
+        }
+    }
+    Some((0..32).fold(0u32, |seed, bit| seed | u32::from(rows[bit].1) << bit))
+}
+
+const MAGIC_V1: &[u8; 8] = b"EDGSPL01";
+const MAGIC_V2: &[u8; 8] = b"EDGSPL02";
+const HEADER_V2_LEN: usize = 8 + 2 * 8;
+/// Seed recovery looks for frames this far into a segment, and tries this many places
+/// that may start one.
+const SEED_PROBE_BYTES: usize = 1 << 20;
+const SEED_PROBE_STARTS: usize = 256;
 const VERSION: u8 = 1;
 const FLAG_EARLY: u8 = 1;
 
@@ -114,18 +300,27 @@ impl RecordView<'_> {
         }
     }
 
-    /// Appends this record as one frame to `out`; returns the frame's length. A record
-    /// the format cannot hold leaves `out` as it was.
-    pub fn encode_frame(&self, out: &mut Vec<u8>) -> Result<usize, FieldTooLarge> {
+    /// Appends this record as one frame of `format` to `out`; returns the frame's
+    /// length. A record the format cannot hold leaves `out` as it was.
+    pub fn encode_frame(
+        &self,
+        format: &SegmentFormat,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, FieldTooLarge> {
         let start = out.len();
-        let encoded = self.encode_at(out, start);
+        let encoded = self.encode_at(format, out, start);
         if encoded.is_err() {
             out.truncate(start);
         }
         encoded
     }
 
-    fn encode_at(&self, out: &mut Vec<u8>, start: usize) -> Result<usize, FieldTooLarge> {
+    fn encode_at(
+        &self,
+        format: &SegmentFormat,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) -> Result<usize, FieldTooLarge> {
         out.extend_from_slice(&[0; FRAME_HEADER_LEN]);
         out.push(VERSION);
         out.extend_from_slice(&self.seq.to_le_bytes());
@@ -147,7 +342,7 @@ impl RecordView<'_> {
         if payload_len > MAX_PAYLOAD_LEN {
             return Err(FieldTooLarge);
         }
-        let crc = crc32c::crc32c(&out[start + FRAME_HEADER_LEN..]);
+        let crc = format.crc(&out[start + FRAME_HEADER_LEN..]);
         out[start..start + 4].copy_from_slice(&(payload_len as u32).to_le_bytes());
         out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
         Ok(out.len() - start)
@@ -168,8 +363,12 @@ pub fn is_unwritten(header: &[u8; FRAME_HEADER_LEN]) -> bool {
     header.iter().all(|&b| b == 0)
 }
 
-/// Decodes the frame at the start of `buf`; returns the record and the frame's length.
-pub fn decode_frame(buf: &[u8]) -> Result<(RecordView<'_>, usize), FrameError> {
+/// Decodes the frame of `format` at the start of `buf`; returns the record and the
+/// frame's length.
+pub fn decode_frame<'a>(
+    buf: &'a [u8],
+    format: &SegmentFormat,
+) -> Result<(RecordView<'a>, usize), FrameError> {
     let header: &[u8; FRAME_HEADER_LEN] = buf
         .get(..FRAME_HEADER_LEN)
         .ok_or(FrameError::Torn)?
@@ -178,12 +377,55 @@ pub fn decode_frame(buf: &[u8]) -> Result<(RecordView<'_>, usize), FrameError> {
     let total = frame_len(header)?;
     let payload = buf.get(FRAME_HEADER_LEN..total).ok_or(FrameError::Torn)?;
     let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-    if crc32c::crc32c(payload) != crc {
+    if format.crc(payload) != crc {
         return Err(FrameError::Corrupt("crc mismatch"));
     }
     let record = decode_payload(payload).map_err(FrameError::Corrupt)?;
     Ok((record, total))
 }
+
+/// What a damaged frame still says, unchecked: its sequence number and event id when the
+/// damage spared them. For naming what was lost, never for delivering it.
+pub fn salvage(buf: &[u8]) -> Option<(u64, String)> {
+    let header: &[u8; FRAME_HEADER_LEN] = buf.get(..FRAME_HEADER_LEN)?.try_into().ok()?;
+    let len = frame_len(header).ok()? - FRAME_HEADER_LEN;
+    let payload = &buf[FRAME_HEADER_LEN..(FRAME_HEADER_LEN + len).min(buf.len())];
+    let mut r = Cursor(payload);
+    if r.u8()? != VERSION {
+        return None;
+    }
+    let seq = r.u64()?;
+    r.u64()?;
+    r.u8()?;
+    r.str16()?;
+    r.str16()?;
+    let event_id = r.str16()?;
+    let plausible = !event_id.is_empty() && event_id.bytes().all(|b| b.is_ascii_graphic());
+    plausible.then(|| (seq, event_id.to_owned()))
+}
+
+/// Whether `buf` could start a frame that follows sequence number `after`: the checks
+/// that cost nothing (a plausible length, the payload's version, a greater sequence
+/// number) before the CRC. Resynchronising after damage tries every offset.
+pub fn may_start_frame(buf: &[u8], after: Option<u64>) -> bool {
+    let Some(header) = buf.get(..FRAME_HEADER_LEN) else {
+        return false;
+    };
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    if !(MIN_PAYLOAD_LEN..=MAX_PAYLOAD_LEN).contains(&len) || buf.len() < FRAME_HEADER_LEN + len {
+        return false;
+    }
+    let payload = &buf[FRAME_HEADER_LEN..];
+    if payload[0] != VERSION {
+        return false;
+    }
+    let seq = u64::from_le_bytes(payload[1..9].try_into().unwrap_or([0; 8]));
+    after.is_none_or(|after| seq > after)
+}
+
+/// The smallest payload a record encodes to: version, seq, time, flags, three empty
+/// strings, no headers, an empty body.
+const MIN_PAYLOAD_LEN: usize = 1 + 8 + 8 + 1 + 3 * 2 + 2 + 4;
 
 /// Only what version 1 writes decodes: every byte of a frame has one meaning, so a
 /// record re-encodes to exactly the bytes it came from.
@@ -269,6 +511,9 @@ pub(crate) mod tests {
 
     use super::*;
 
+    /// The format the tests write (version 2, a fixed seed).
+    pub const FORMAT: SegmentFormat = SegmentFormat::V2 { seed: 0x5eed_5eed };
+
     pub fn sample(seq: u64, event_id: &str) -> Record {
         Record {
             seq,
@@ -289,9 +534,9 @@ pub(crate) mod tests {
     fn round_trip() {
         let record = sample(42, "delivery-42");
         let mut buf = Vec::new();
-        let len = record.view().encode_frame(&mut buf).unwrap();
+        let len = record.view().encode_frame(&FORMAT, &mut buf).unwrap();
         assert_eq!(len, buf.len());
-        let (decoded, used) = decode_frame(&buf).unwrap();
+        let (decoded, used) = decode_frame(&buf, &FORMAT).unwrap();
         assert_eq!(used, len);
         assert_eq!(decoded.to_owned_record(), record);
     }
@@ -303,27 +548,36 @@ pub(crate) mod tests {
         big_header
             .headers
             .push(("x-github-big".into(), vec![b'a'; 65_536]));
-        assert_eq!(big_header.view().encode_frame(&mut buf), Err(FieldTooLarge));
+        assert_eq!(
+            big_header.view().encode_frame(&FORMAT, &mut buf),
+            Err(FieldTooLarge)
+        );
         let mut many = sample(3, "n");
         many.headers = vec![("x".into(), Vec::new()); 65_536];
-        assert_eq!(many.view().encode_frame(&mut buf), Err(FieldTooLarge));
+        assert_eq!(
+            many.view().encode_frame(&FORMAT, &mut buf),
+            Err(FieldTooLarge)
+        );
         assert_eq!(buf, b"before");
         let mut at_limit = sample(4, "l");
         at_limit
             .headers
             .push(("x-github-big".into(), vec![b'a'; 65_535]));
-        let len = at_limit.view().encode_frame(&mut buf).unwrap();
-        let (decoded, used) = decode_frame(&buf[6..]).unwrap();
+        let len = at_limit.view().encode_frame(&FORMAT, &mut buf).unwrap();
+        let (decoded, used) = decode_frame(&buf[6..], &FORMAT).unwrap();
         assert_eq!((decoded.to_owned_record(), used), (at_limit, len));
     }
 
     #[test]
     fn every_truncation_is_torn() {
         let mut buf = Vec::new();
-        sample(1, "a").view().encode_frame(&mut buf).unwrap();
+        sample(1, "a")
+            .view()
+            .encode_frame(&FORMAT, &mut buf)
+            .unwrap();
         for cut in 0..buf.len() {
             assert_eq!(
-                decode_frame(&buf[..cut]).unwrap_err(),
+                decode_frame(&buf[..cut], &FORMAT).unwrap_err(),
                 FrameError::Torn,
                 "cut at {cut}"
             );
@@ -333,11 +587,14 @@ pub(crate) mod tests {
     #[test]
     fn every_flipped_byte_is_detected() {
         let mut buf = Vec::new();
-        sample(7, "flip").view().encode_frame(&mut buf).unwrap();
+        sample(7, "flip")
+            .view()
+            .encode_frame(&FORMAT, &mut buf)
+            .unwrap();
         for i in 0..buf.len() {
             let mut bad = buf.clone();
             bad[i] ^= 0x40;
-            let result = decode_frame(&bad);
+            let result = decode_frame(&bad, &FORMAT);
             assert!(result.is_err(), "flip at {i} went unnoticed");
         }
     }
@@ -347,13 +604,16 @@ pub(crate) mod tests {
     #[test]
     fn unknown_flags_are_corrupt() {
         let mut buf = Vec::new();
-        sample(3, "flags").view().encode_frame(&mut buf).unwrap();
+        sample(3, "flags")
+            .view()
+            .encode_frame(&FORMAT, &mut buf)
+            .unwrap();
         let flags_at = FRAME_HEADER_LEN + 1 + 8 + 8;
         buf[flags_at] |= 0b110;
-        let crc = crc32c::crc32c(&buf[FRAME_HEADER_LEN..]);
+        let crc = FORMAT.crc(&buf[FRAME_HEADER_LEN..]);
         buf[4..8].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
-            decode_frame(&buf).unwrap_err(),
+            decode_frame(&buf, &FORMAT).unwrap_err(),
             FrameError::Corrupt("unknown flags")
         );
     }
@@ -365,7 +625,7 @@ pub(crate) mod tests {
         record.headers.clear();
         record.body.clear();
         let mut buf = Vec::new();
-        record.view().encode_frame(&mut buf).unwrap();
+        record.view().encode_frame(&FORMAT, &mut buf).unwrap();
         assert!(!is_unwritten(buf[..FRAME_HEADER_LEN].try_into().unwrap()));
         assert!(is_unwritten(&[0; FRAME_HEADER_LEN]));
     }
@@ -375,9 +635,133 @@ pub(crate) mod tests {
         let mut buf = vec![0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
         buf.extend_from_slice(&[0; 16]);
         assert_eq!(
-            decode_frame(&buf).unwrap_err(),
+            decode_frame(&buf, &FORMAT).unwrap_err(),
             FrameError::Corrupt("length over the maximum")
         );
+    }
+
+    /// A segment written before the seeded check (this frame's bytes: version 1, CRC over
+    /// the payload alone) is still read; under a seed it is not a frame.
+    #[test]
+    fn a_version_1_segment_is_read() {
+        let record = sample(9, "legacy");
+        let mut frame = Vec::new();
+        record
+            .view()
+            .encode_frame(&SegmentFormat::V1, &mut frame)
+            .unwrap();
+        let crc = u32::from_le_bytes(frame[4..8].try_into().unwrap());
+        assert_eq!(crc, crc32c::crc32c(&frame[FRAME_HEADER_LEN..]));
+        let mut segment = b"EDGSPL01".to_vec();
+        segment.extend_from_slice(&frame);
+        let format = SegmentFormat::read(&segment).unwrap();
+        assert_eq!((format, format.header_len()), (SegmentFormat::V1, 8));
+        let (decoded, _) = decode_frame(&segment[8..], &format).unwrap();
+        assert_eq!(decoded.to_owned_record(), record);
+        assert!(decode_frame(&segment[8..], &FORMAT).is_err());
+    }
+
+    /// A frame made under another seed (a sender who put one in a body cannot know the
+    /// segment's) is not a frame of this segment.
+    #[test]
+    fn a_frame_under_another_seed_is_not_a_frame() {
+        let mut buf = Vec::new();
+        sample(5, "forged")
+            .view()
+            .encode_frame(&SegmentFormat::seeded(1), &mut buf)
+            .unwrap();
+        assert!(may_start_frame(&buf, Some(4)));
+        assert_eq!(
+            decode_frame(&buf, &SegmentFormat::seeded(2)).unwrap_err(),
+            FrameError::Corrupt("crc mismatch")
+        );
+    }
+
+    #[test]
+    fn a_header_survives_a_damaged_magic_or_seed_copy_but_not_both_copies() {
+        let header = FORMAT.header();
+        assert_eq!(header.len(), FORMAT.header_len());
+        assert_eq!(SegmentFormat::read(&header), Ok(FORMAT));
+        for damaged in [0, 9, 13, 17, 22] {
+            let mut bad = header.clone();
+            bad[damaged] ^= 0x10;
+            assert_eq!(SegmentFormat::read(&bad), Ok(FORMAT), "byte {damaged}");
+        }
+        let mut both = header.clone();
+        both[9] ^= 1;
+        both[17] ^= 1;
+        assert_eq!(SegmentFormat::read(&both), Err(HeaderError::Unreadable));
+        assert_eq!(SegmentFormat::read(&header[..12]), Err(HeaderError::Torn));
+        assert_eq!(SegmentFormat::read(b"JUNK"), Err(HeaderError::Unreadable));
+    }
+
+    /// Both seed copies gone (a zeroed block over the header and the first records):
+    /// the seed is found again from the frames after the damage.
+    #[test]
+    fn a_lost_seed_is_recovered_from_the_frames() {
+        let format = SegmentFormat::seeded(0x89ab_cdef);
+        let mut segment = format.header();
+        for seq in 1..=6 {
+            let mut record = sample(seq, &format!("k{seq}"));
+            record.body = vec![b'x'; 100 * seq as usize];
+            record.view().encode_frame(&format, &mut segment).unwrap();
+        }
+        assert_eq!(SegmentFormat::recover(&segment), Some(format));
+        segment[..700].fill(0);
+        assert_eq!(SegmentFormat::read(&segment), Err(HeaderError::Unreadable));
+        assert_eq!(SegmentFormat::recover(&segment), Some(format));
+        assert_eq!(SegmentFormat::recover(&[0; 100]), None);
+    }
+
+    /// A damaged frame solves to a wrong seed of its own; zeros where the next frame
+    /// should start (a zeroed block, with records after it) must not confirm that seed.
+    #[test]
+    fn a_damaged_frame_before_a_zeroed_block_does_not_give_the_seed() {
+        let format = SegmentFormat::seeded(0x0bad_5eed);
+        let mut segment = format.header();
+        let mut ends = Vec::new();
+        for seq in 1..=6 {
+            let mut record = sample(seq, &format!("k{seq}"));
+            record.body = vec![b'x'; 3000];
+            record.view().encode_frame(&format, &mut segment).unwrap();
+            ends.push(segment.len());
+        }
+        segment[..ends[0]].fill(0);
+        segment[ends[0] + 100] ^= 0x04;
+        segment[ends[1]..ends[2]].fill(0);
+        assert_eq!(SegmentFormat::recover(&segment), Some(format));
+    }
+
+    /// The last frame damaged, the preallocated zeros after it: its own wrong seed is
+    /// not taken while other frames confirm the right one.
+    #[test]
+    fn a_damaged_last_frame_does_not_give_the_seed() {
+        let format = SegmentFormat::seeded(0x1ee7_5eed);
+        let mut segment = format.header();
+        for seq in 1..=4 {
+            let mut record = sample(seq, &format!("k{seq}"));
+            record.body = vec![b'x'; 3000];
+            record.view().encode_frame(&format, &mut segment).unwrap();
+        }
+        let last_body = segment.len() - 10;
+        segment[last_body] ^= 0x01;
+        segment[..100].fill(0);
+        segment.resize(segment.len() + 8192, 0);
+        assert_eq!(SegmentFormat::recover(&segment), Some(format));
+    }
+
+    #[test]
+    fn a_damaged_frame_still_names_what_it_held() {
+        let mut buf = Vec::new();
+        sample(77, "delivery-77")
+            .view()
+            .encode_frame(&FORMAT, &mut buf)
+            .unwrap();
+        let body_at = buf.len() - 3;
+        buf[body_at] ^= 0xff;
+        assert!(decode_frame(&buf, &FORMAT).is_err());
+        assert_eq!(salvage(&buf), Some((77, "delivery-77".to_owned())));
+        assert_eq!(salvage(&[0xff; 40]), None);
     }
 
     proptest! {
@@ -392,8 +776,8 @@ pub(crate) mod tests {
         ) {
             let record = Record { seq, received_ms: ms, early, pop: "p".into(), route: "r".into(), event_id: id, headers, body };
             let mut buf = Vec::new();
-            record.view().encode_frame(&mut buf).unwrap();
-            let (decoded, used) = decode_frame(&buf).unwrap();
+            record.view().encode_frame(&FORMAT, &mut buf).unwrap();
+            let (decoded, used) = decode_frame(&buf, &FORMAT).unwrap();
             prop_assert_eq!(used, buf.len());
             prop_assert_eq!(decoded.to_owned_record(), record);
             prop_assert!(!is_unwritten(buf[..FRAME_HEADER_LEN].try_into().unwrap()));

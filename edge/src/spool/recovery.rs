@@ -1,6 +1,12 @@
-//! Opening the spool after a start or a crash: take the directory lock, scan every
-//! segment, cut a torn or corrupt tail off the last one, drop delivered segments, and
+//! Opening the spool after a start or a crash: take the directory lock, read every
+//! segment back, cut a torn tail off the newest one, keep every whole record before and
+//! after damage, move unreadable segments to `quarantine/`, drop delivered segments, and
 //! rebuild the de-duplication windows from what is on disk.
+//!
+//! Nothing undelivered is deleted: a segment goes only once the next one starts at or
+//! below the checkpoint (segments hold consecutive sequence numbers, named by the
+//! first), and one that held damage goes to `quarantine/` instead. Bytes cut off the
+//! newest segment that were a whole but damaged frame go there too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -12,9 +18,9 @@ use nix::fcntl::{Flock, FlockArg};
 
 use super::lag::LagBytes;
 use super::recent_ids::RecentIds;
-use super::record::SEGMENT_MAGIC;
-use super::scan::{ScanError, scan_segment};
-use super::{checkpoint, list_segments, segment_path};
+use super::record::{FrameError, HeaderError, SegmentFormat};
+use super::scan::{Damage, highest_seq_named, scan_segment};
+use super::{checkpoint, list_segments, new_segment_format, quarantine, segment_path};
 use crate::config::SpoolSettings;
 
 /// What recovery found and did, for the start-up log.
@@ -25,21 +31,28 @@ pub struct RecoveryReport {
     pub checkpoint: u64,
     pub next_seq: u64,
     pub cut: Vec<CutTail>,
+    /// Damaged regions kept in place (the records around them are read).
+    pub damaged: usize,
+    /// Segments moved to `quarantine/`, unreadable.
+    pub quarantined: usize,
 }
 
-/// Bytes removed from the end of a segment because they did not hold a whole record.
+/// Bytes removed from the end of the newest segment because they did not hold a whole
+/// record.
 #[derive(Clone, Debug)]
 pub struct CutTail {
     pub path: PathBuf,
     pub offset: usize,
     pub bytes: usize,
-    pub reason: ScanError,
+    pub reason: FrameError,
 }
 
 #[derive(Debug)]
 pub(super) struct SegmentMeta {
     pub bytes: u64,
-    pub last_seq: Option<u64>,
+    pub format: SegmentFormat,
+    /// Holds damage: kept in `quarantine/` rather than deleted once delivered.
+    pub damaged: bool,
 }
 
 pub(super) struct Recovered {
@@ -64,6 +77,7 @@ pub(super) fn recover(
     let lock = lock_dir(dir)?;
     let checkpoint = checkpoint::read(dir)?.unwrap_or(0);
     let mut replay = Replay {
+        dir: dir.clone(),
         checkpoint,
         last_seq: checkpoint,
         recent: windows
@@ -80,7 +94,9 @@ pub(super) fn recover(
     let listed = list_segments(dir)?;
     for (index, (first, path)) in listed.iter().enumerate() {
         let is_last = index + 1 == listed.len();
-        segments.insert(*first, replay.segment(path, is_last)?);
+        if let Some(meta) = replay.segment(*first, path, is_last)? {
+            segments.insert(*first, meta);
+        }
     }
     remove_delivered(dir, &mut segments, checkpoint)?;
 
@@ -108,6 +124,7 @@ pub(super) fn recover(
 /// What reading the segments back rebuilds: the de-duplication windows, the bytes the
 /// origin has not confirmed, the last sequence number, and the report.
 struct Replay {
+    dir: PathBuf,
     checkpoint: u64,
     last_seq: u64,
     recent: HashMap<String, RecentIds>,
@@ -116,61 +133,146 @@ struct Replay {
 }
 
 impl Replay {
-    /// Reads one segment back. An incomplete tail of the last segment (a crash
-    /// mid-append) is cut, its preallocated zeros are kept for the appends to come;
-    /// damage before the end of an older one is reported and the records after it
-    /// cannot be read.
-    fn segment(&mut self, path: &Path, is_last: bool) -> anyhow::Result<SegmentMeta> {
-        let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    /// Reads one segment back; `None` when it went to quarantine. Damage is logged and
+    /// kept; a tail of the newest segment (a write that never finished, or damage with
+    /// no record after it) is cut, and kept in quarantine when it was a whole frame.
+    fn segment(
+        &mut self,
+        first: u64,
+        path: &Path,
+        is_last: bool,
+    ) -> anyhow::Result<Option<SegmentMeta>> {
+        let bytes = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.quarantine(path, &format!("cannot be read: {e}"))?;
+                return Ok(None);
+            }
+        };
         let scan = scan_segment(&bytes);
-        let mut segment_last = None;
-        for (record, frame_len) in scan.records.iter().zip(&scan.frame_lens) {
+        let format = match scan.format {
+            Ok(format) => format,
+            // Made but its header never written (a crash at the roll): nothing is in it.
+            Err(HeaderError::Torn) if is_last => {
+                fs::remove_file(path)?;
+                checkpoint::sync_dir(&self.dir)?;
+                return Ok(None);
+            }
+            Err(error) => {
+                if is_last {
+                    let highest = highest_seq_named(&bytes, first).unwrap_or(first);
+                    self.last_seq = self.last_seq.max(highest);
+                }
+                self.quarantine(path, &format!("{error}; its records cannot be read"))?;
+                return Ok(None);
+            }
+        };
+        if scan.header_recovered {
+            tracing::error!(segment = %path.display(), "spool segment header damaged: its seed was found again from its frames; no record lost to it");
+        }
+        for scanned in &scan.records {
+            let record = &scanned.record;
             if record.seq > self.checkpoint {
-                self.lag.appended(record.seq, *frame_len as u64);
+                self.lag.appended(record.seq, scanned.len as u64);
             }
             if let Some(window) = self.recent.get_mut(record.route) {
                 window.insert(record.event_id, record.seq);
             }
-            segment_last = Some(record.seq);
             self.last_seq = self.last_seq.max(record.seq);
         }
         self.report.records += scan.records.len() as u64;
-        let mut kept_len = scan.valid_len;
-        match scan.stop {
-            None if scan.valid_len < bytes.len() && !is_last => {
-                // Preallocated room a roll had cut off, lost in a crash: a sealed segment
-                // ends at its last record, which is where the reader moves on.
-                cut_tail(path, scan.valid_len)?;
-            }
-            None => {}
-            Some(stop) if is_last => {
-                cut_tail(path, scan.valid_len)?;
-                kept_len = scan.valid_len.max(SEGMENT_MAGIC.len());
+        for damage in &scan.damaged {
+            log_damage(path, first, damage);
+        }
+        self.report.damaged += scan.damaged.len();
+        let mut damaged = !scan.damaged.is_empty();
+        let mut kept = scan.end;
+        match &scan.tail {
+            Some(tail) if is_last => {
+                if tail.error != FrameError::Torn {
+                    self.keep_cut_bytes(path, &bytes[tail.offset..tail.offset + tail.len], tail)?;
+                }
+                cut_tail(path, scan.end, format)?;
                 let cut = CutTail {
                     path: path.to_owned(),
-                    offset: stop.offset,
-                    bytes: bytes.len() - scan.valid_len,
-                    reason: stop.error,
+                    offset: tail.offset,
+                    bytes: bytes.len() - scan.end,
+                    reason: tail.error,
                 };
                 tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut an incomplete tail");
                 self.report.cut.push(cut);
             }
-            Some(stop) => {
-                kept_len = bytes.len();
-                tracing::error!(segment = %path.display(), offset = stop.offset, reason = %stop.error, kept = scan.records.len(), "spool segment is damaged before its end; records after the damage cannot be read");
+            Some(tail) => {
+                // A sealed segment's last records are damaged: kept, and its bytes too.
+                log_damage(path, first, tail);
+                self.report.damaged += 1;
+                damaged = true;
+                kept = bytes.len();
             }
+            // Preallocated room a roll had cut off, lost in a crash: a sealed segment
+            // ends at its last record, which is where the reader moves on.
+            None if scan.end < bytes.len() && !is_last => cut_tail(path, scan.end, format)?,
+            None => {}
         }
-        Ok(SegmentMeta {
-            bytes: kept_len as u64,
-            last_seq: segment_last,
-        })
+        if is_last && scan.tail.is_none() {
+            kept = scan.end;
+        }
+        Ok(Some(SegmentMeta {
+            bytes: kept as u64,
+            format,
+            damaged,
+        }))
     }
+
+    fn quarantine(&mut self, path: &Path, why: &str) -> anyhow::Result<()> {
+        tracing::error!(segment = %path.display(), why, "spool segment moved to quarantine: its records are not delivered; nothing was deleted");
+        quarantine::move_in(&self.dir, path, why)
+            .with_context(|| format!("moving {} to quarantine", path.display()))?;
+        self.report.quarantined += 1;
+        Ok(())
+    }
+
+    /// Keeps bytes about to be cut off the newest segment that were a whole frame.
+    fn keep_cut_bytes(&self, path: &Path, cut: &[u8], tail: &Damage) -> anyhow::Result<()> {
+        let name = format!(
+            "{}.tail-{}",
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("segment"),
+            tail.offset
+        );
+        let why = format!(
+            "cut off the end of {} at offset {}: {} (a write a crash cut short, or damage to the last records); names: {:?}",
+            path.display(),
+            tail.offset,
+            tail.error,
+            tail.named
+        );
+        quarantine::keep(&self.dir, &name, cut, &why)
+            .with_context(|| format!("keeping the cut tail of {}", path.display()))
+    }
+}
+
+/// One log line per damaged region: where it is and what it cost.
+fn log_damage(path: &Path, first: u64, damage: &Damage) {
+    let lost_from = damage.after_seq.map_or(first, |seq| seq + 1);
+    let lost_to = damage.before_seq.map(|seq| seq - 1);
+    tracing::error!(
+        segment = %path.display(),
+        offset = damage.offset,
+        bytes = damage.len,
+        error = %damage.error,
+        lost_from,
+        lost_to = ?lost_to,
+        names = ?damage.named,
+        "spool segment damaged: the records in this region are lost, those around it are kept"
+    );
 }
 
 /// Creates the spool directory and takes its lock: two processes on one spool would
 /// interleave their appends.
 fn lock_dir(dir: &Path) -> anyhow::Result<Flock<File>> {
-    fs::create_dir_all(dir)
+    checkpoint::create_dir_durably(dir)
         .with_context(|| format!("spool.dir {}: cannot create", dir.display()))?;
     let lock_file = OpenOptions::new()
         .create(true)
@@ -201,49 +303,65 @@ fn open_active(
         let preallocated = file.metadata()?.len() >= segment_bytes;
         return Ok((file, preallocated));
     }
-    let file = create_segment(dir, next_seq)?;
+    let (file, format) = create_segment(dir, next_seq)?;
     segments.insert(
         next_seq,
         SegmentMeta {
-            bytes: SEGMENT_MAGIC.len() as u64,
-            last_seq: None,
+            bytes: format.header_len() as u64,
+            format,
+            damaged: false,
         },
     );
     Ok((file, false))
 }
 
-/// Creates a new, empty segment durably (file and directory entry).
-pub(super) fn create_segment(dir: &std::path::Path, first_seq: u64) -> std::io::Result<File> {
+/// Creates a new, empty segment of the current format, with a fresh seed, durably (file
+/// and directory entry).
+pub(super) fn create_segment(dir: &Path, first_seq: u64) -> std::io::Result<(File, SegmentFormat)> {
     let path = segment_path(dir, first_seq);
+    let format = new_segment_format()?;
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)?;
-    file.write_all_at(SEGMENT_MAGIC, 0)?;
+    file.write_all_at(&format.header(), 0)?;
     file.sync_all()?;
     checkpoint::sync_dir(dir)?;
-    Ok(file)
+    Ok((file, format))
 }
 
-/// Deletes every segment except the newest whose records are all at or below the
-/// checkpoint.
+/// Removes every segment but the newest whose records are all at or below the
+/// checkpoint, that is, whose successor starts at or below `checkpoint + 1`. One that
+/// held damage is moved to `quarantine/` instead of deleted.
 pub(super) fn remove_delivered(
-    dir: &std::path::Path,
+    dir: &Path,
     segments: &mut BTreeMap<u64, SegmentMeta>,
     checkpoint: u64,
 ) -> std::io::Result<u64> {
-    let newest = segments.last_key_value().map(|(&first, _)| first);
-    let delivered: Vec<u64> = segments
-        .iter()
-        .filter(|(first, meta)| {
-            Some(**first) != newest && meta.last_seq.is_none_or(|last| last <= checkpoint)
-        })
-        .map(|(first, _)| *first)
+    let firsts: Vec<u64> = segments.keys().copied().collect();
+    let delivered: Vec<u64> = firsts
+        .windows(2)
+        .filter(|pair| pair[1] <= checkpoint + 1)
+        .map(|pair| pair[0])
         .collect();
     let mut freed = 0;
     for first in &delivered {
-        fs::remove_file(segment_path(dir, *first))?;
-        freed += segments.remove(first).map_or(0, |m| m.bytes);
+        let path = segment_path(dir, *first);
+        match segments.remove(first) {
+            Some(meta) if meta.damaged => {
+                quarantine::move_in(
+                    dir,
+                    &path,
+                    "delivered, but held damaged records (see the log)",
+                )?;
+                freed += meta.bytes;
+            }
+            Some(meta) => {
+                fs::remove_file(&path)?;
+                freed += meta.bytes;
+            }
+            None => {}
+        }
     }
     if !delivered.is_empty() {
         checkpoint::sync_dir(dir)?;
@@ -251,11 +369,11 @@ pub(super) fn remove_delivered(
     Ok(freed)
 }
 
-fn cut_tail(path: &std::path::Path, valid_len: usize) -> std::io::Result<()> {
+fn cut_tail(path: &Path, valid_len: usize, format: SegmentFormat) -> std::io::Result<()> {
     let file = OpenOptions::new().write(true).open(path)?;
-    if valid_len < SEGMENT_MAGIC.len() {
+    if valid_len < format.header_len() {
         file.set_len(0)?;
-        file.write_all_at(SEGMENT_MAGIC, 0)?;
+        file.write_all_at(&format.header(), 0)?;
     } else {
         file.set_len(valid_len as u64)?;
     }

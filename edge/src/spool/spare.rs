@@ -14,8 +14,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use super::record::SEGMENT_MAGIC;
-use super::{checkpoint, segment_path};
+use super::record::SegmentFormat;
+use super::{checkpoint, new_segment_format, segment_path};
 use crate::config::SpoolSettings;
 
 pub(super) struct Spare {
@@ -25,8 +25,8 @@ pub(super) struct Spare {
 }
 
 enum State {
-    Making(JoinHandle<io::Result<File>>),
-    Ready(File),
+    Making(JoinHandle<io::Result<(File, SegmentFormat)>>),
+    Ready((File, SegmentFormat)),
     /// Making it failed; the next roll tries again (once a segment, so a full disk is
     /// not rewritten over and over).
     Failed,
@@ -59,14 +59,14 @@ impl Spare {
 
     /// The spare, renamed (durably) to be the segment that starts at `first_seq`, and the
     /// next one started; `None` while it is not ready.
-    pub(super) fn take(&mut self, first_seq: u64) -> io::Result<Option<File>> {
+    pub(super) fn take(&mut self, first_seq: u64) -> io::Result<Option<(File, SegmentFormat)>> {
         self.poll();
         match std::mem::replace(&mut self.state, State::Failed) {
-            State::Ready(file) => {
+            State::Ready(made) => {
                 std::fs::rename(self.dir.join(FILE_NAME), segment_path(&self.dir, first_seq))?;
                 checkpoint::sync_dir(&self.dir)?;
                 self.state = make(&self.dir, self.segment_bytes);
-                Ok(Some(file))
+                Ok(Some(made))
             }
             making @ State::Making(_) => {
                 self.state = making;
@@ -87,7 +87,7 @@ impl Spare {
             unreachable!("checked above");
         };
         match handle.join() {
-            Ok(Ok(file)) => self.state = State::Ready(file),
+            Ok(Ok(made)) => self.state = State::Ready(made),
             Ok(Err(error)) => {
                 let _ = std::fs::remove_file(self.dir.join(FILE_NAME));
                 tracing::warn!(error = %error, dir = %self.dir.display(), "spool could not preallocate the next segment; it will grow as it is written");
@@ -111,15 +111,17 @@ fn make(dir: &Path, segment_bytes: u64) -> State {
     }
 }
 
-fn write_zeroed(path: &Path, segment_bytes: u64) -> io::Result<File> {
+fn write_zeroed(path: &Path, segment_bytes: u64) -> io::Result<(File, SegmentFormat)> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
+    let format = new_segment_format()?;
+    let header = format.header();
     let file = OpenOptions::new().write(true).create_new(true).open(path)?;
-    file.write_all_at(SEGMENT_MAGIC, 0)?;
+    file.write_all_at(&header, 0)?;
     let zeros = vec![0u8; ZERO_CHUNK];
-    let mut offset = SEGMENT_MAGIC.len() as u64;
+    let mut offset = header.len() as u64;
     while offset < segment_bytes {
         // Chunks end on multiples of ZERO_CHUNK, so the syncs below fall on them.
         let to_boundary = ZERO_CHUNK as u64 - offset % ZERO_CHUNK as u64;
@@ -134,7 +136,7 @@ fn write_zeroed(path: &Path, segment_bytes: u64) -> io::Result<File> {
         }
     }
     file.sync_all()?;
-    Ok(file)
+    Ok((file, format))
 }
 
 /// Not a segment name (those end in `.seg`), so recovery and the reader never see it.
@@ -164,14 +166,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut spare = Spare::start(dir.path(), 3 << 20);
         wait_ready(&mut spare);
-        let file = spare.take(42).unwrap().expect("ready");
+        let (file, format) = spare.take(42).unwrap().expect("ready");
         let bytes = std::fs::read(segment_path(dir.path(), 42)).unwrap();
         assert_eq!(bytes.len(), 3 << 20);
-        assert_eq!(&bytes[..SEGMENT_MAGIC.len()], SEGMENT_MAGIC);
-        assert!(bytes[SEGMENT_MAGIC.len()..].iter().all(|&b| b == 0));
-        file.write_all_at(b"x", 8).unwrap();
+        let header_len = format.header_len();
+        assert_eq!(SegmentFormat::read(&bytes), Ok(format));
+        assert!(bytes[header_len..].iter().all(|&b| b == 0));
+        file.write_all_at(b"x", header_len as u64).unwrap();
         assert_eq!(
-            std::fs::read(segment_path(dir.path(), 42)).unwrap()[8],
+            std::fs::read(segment_path(dir.path(), 42)).unwrap()[header_len],
             b'x'
         );
         wait_ready(&mut spare);

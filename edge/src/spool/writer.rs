@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::lag::LagBytes;
 use super::metrics::SpoolMetrics;
 use super::recent_ids::RecentIds;
-use super::record::{RecordView, SEGMENT_MAGIC};
+use super::record::{RecordView, SegmentFormat};
 use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
 use super::spare::{self, Spare};
 use super::{AppendError, Appended, NewEvent, Shared, checkpoint, reserve};
@@ -218,7 +218,10 @@ impl Writer {
             }
             let seq = self.next_seq;
             frame.clear();
-            let Ok(len) = self.view(event, seq).encode_frame(&mut frame) else {
+            let Ok(len) = self
+                .view(event, seq)
+                .encode_frame(&self.active_format(), &mut frame)
+            else {
                 outcomes.push(Err(AppendError::TooLarge));
                 continue;
             };
@@ -229,12 +232,18 @@ impl Writer {
             }
             let segment_len = self.active_len() + buf.len() as u64;
             let full = segment_len + len > self.segment_bytes;
-            if (full || self.spare_waits()) && segment_len > SEGMENT_MAGIC.len() as u64 {
+            let header_len = self.active_format().header_len() as u64;
+            if (full || self.spare_waits()) && segment_len > header_len {
                 if let Err(e) = self.flush(&mut buf).and_then(|()| self.roll(seq)) {
                     io_result = Err(e);
                     break;
                 }
-                batch_bytes += SEGMENT_MAGIC.len() as u64;
+                batch_bytes += self.active_format().header_len() as u64;
+                // The new segment checks its frames under a seed of its own.
+                frame.clear();
+                let _ = self
+                    .view(event, seq)
+                    .encode_frame(&self.active_format(), &mut frame);
             }
             buf.extend_from_slice(&frame);
             batch_bytes += len;
@@ -319,9 +328,10 @@ impl Writer {
     }
 
     /// After a failed write: puts the files and counters back to what is durable and
-    /// says what the refused appends are told. A full disk (ENOSPC, EDQUOT) passes once
-    /// space is freed; any other failure, a failed fsync above all (the page cache can no
-    /// longer be trusted), refuses every append until a restart.
+    /// says what the refused appends are told. A full disk (ENOSPC, EDQUOT) on a write
+    /// passes once space is freed; any other failure, a failed fsync above all (the page
+    /// cache can no longer be trusted), refuses every append, and the edge stops so that
+    /// its restart recovers from what is really on disk (`Spool::failed`).
     fn refuse_after(&mut self, error: &std::io::Error) -> AppendError {
         self.next_seq = self.durable_next_seq;
         let durable_len = self.active_len();
@@ -332,6 +342,7 @@ impl Writer {
             tracing::error!(error = %error, dir = %self.dir.display(), "spool write failed; refusing appends until restart");
             self.failure = Some(failure.clone());
             self.shared.failed.store(true, Ordering::Release);
+            self.shared.failure.notify_waiters();
             return AppendError::Failed(failure);
         }
         if self.shared.disk_filled() {
@@ -363,6 +374,13 @@ impl Writer {
         }
     }
 
+    /// How frames of the active segment are checked.
+    fn active_format(&self) -> SegmentFormat {
+        self.segments
+            .last_key_value()
+            .map_or(SegmentFormat::V1, |(_, meta)| meta.format)
+    }
+
     fn active_len(&self) -> u64 {
         self.segments
             .last_key_value()
@@ -377,7 +395,11 @@ impl Writer {
         let offset = self.active_len();
         self.active.write_all_at(buf, offset)?;
         let started = Instant::now();
-        self.active.sync_data()?;
+        // Whatever it says, a failed fdatasync is no full disk to wait out: the pages it
+        // was to write may be gone from the cache already, and a retry would "succeed".
+        self.active
+            .sync_data()
+            .map_err(|e| std::io::Error::other(format!("fdatasync failed: {e}")))?;
         if !self.sync_delay.is_zero() {
             std::thread::sleep(self.sync_delay);
         }
@@ -391,8 +413,11 @@ impl Writer {
             .expect("the spool always has an active segment")
             .into_mut();
         meta.bytes += written;
-        meta.last_seq = Some(self.next_seq - 1);
+        let durable_len = meta.bytes;
         self.durable_next_seq = self.next_seq;
+        if let Some((&first, _)) = self.segments.last_key_value() {
+            self.shared.set_durable_end(first, durable_len);
+        }
         buf.clear();
         Ok(())
     }
@@ -409,13 +434,14 @@ impl Writer {
             None => None,
         };
         let preallocated = spare.is_some();
-        self.active = match spare {
-            Some(file) => file,
+        let (active, format) = match spare {
+            Some(made) => made,
             None => create_segment(&self.dir, first_seq).inspect_err(|_| {
                 // Half made (no room for its header): recovery must not find it.
                 let _ = std::fs::remove_file(super::segment_path(&self.dir, first_seq));
             })?,
         };
+        self.active = active;
         self.active_preallocated = preallocated;
         let reason = if preallocated {
             "preallocated"
@@ -426,10 +452,13 @@ impl Writer {
         self.segments.insert(
             first_seq,
             SegmentMeta {
-                bytes: SEGMENT_MAGIC.len() as u64,
-                last_seq: None,
+                bytes: format.header_len() as u64,
+                format,
+                damaged: false,
             },
         );
+        self.shared
+            .set_durable_end(first_seq, format.header_len() as u64);
         Ok(())
     }
 
@@ -450,6 +479,11 @@ impl Writer {
         self.checkpoint = seq;
         self.lag.delivered_through(seq);
         self.shared.checkpoint.store(seq, Ordering::Release);
+        for first in self.shared.take_damaged() {
+            if let Some(meta) = self.segments.get_mut(&first) {
+                meta.damaged = true;
+            }
+        }
         let freed = remove_delivered(&self.dir, &mut self.segments, seq)?;
         self.total_bytes -= freed;
         reserve::ensure(&self.dir);

@@ -32,6 +32,7 @@ pub struct Edge {
     pub fd_limit: Option<u64>,
     /// Times this edge moved to fresh ports because one was taken.
     port_retries: u32,
+    spool: PathBuf,
 }
 
 /// A free loopback port (the listener is closed before the edge binds it).
@@ -113,6 +114,13 @@ routes:
 
 impl Edge {
     pub fn start(spool_extra: &str, extra_routes: &str) -> Edge {
+        let mut edge = Edge::create(spool_extra, extra_routes);
+        edge.spawn();
+        edge
+    }
+
+    /// An edge with its config written, not started: [`Edge::spawn`] starts it.
+    pub fn create(spool_extra: &str, extra_routes: &str) -> Edge {
         let dir = tempfile::tempdir().unwrap();
         let (port, admin_port) = (free_port(), free_port());
         let config_path = dir.path().join("edge.yaml");
@@ -130,9 +138,17 @@ impl Edge {
             log: PathBuf::new(),
             fd_limit: None,
             port_retries: 0,
+            spool: PathBuf::new(),
         };
-        edge.spawn();
+        edge.spool = edge.dir.path().join("spool");
         edge
+    }
+
+    /// Puts this edge's spool (before it starts) in `dir`.
+    pub fn move_spool(&mut self, dir: &Path) {
+        let from = format!("dir: {}", self.spool.display());
+        self.edit_config(|text| text.replace(&from, &format!("dir: {}", dir.display())));
+        self.spool = dir.to_owned();
     }
 
     /// Restarts this edge with `section` (top-level YAML, e.g. a backhaul block) appended to
@@ -149,7 +165,8 @@ impl Edge {
         self
     }
 
-    fn edit_config(&self, edit: impl FnOnce(String) -> String) {
+    /// Rewrites this edge's config file (takes effect at the next start or reload).
+    pub fn edit_config(&self, edit: impl FnOnce(String) -> String) {
         let text = std::fs::read_to_string(&self.config).unwrap();
         std::fs::write(&self.config, edit(text)).unwrap();
     }
@@ -235,7 +252,7 @@ impl Edge {
     }
 
     pub fn spool_dir(&self) -> PathBuf {
-        self.dir.path().join("spool")
+        self.spool.clone()
     }
 
     pub fn cert_pem(&self) -> Vec<u8> {

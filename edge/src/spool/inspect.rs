@@ -1,0 +1,139 @@
+//! Looking at a spool directory without changing it or taking its lock, so it is safe
+//! while the edge runs: every whole record (`edge spool-dump`), and what is damaged
+//! (`edge spool-verify`).
+
+use std::io;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+
+use super::record::{FrameError, Record};
+use super::scan::{Damage, highest_seq_named, named_without_header, scan_segment};
+use super::{list_segments, quarantine};
+
+/// Every whole record in the spool directory, oldest first.
+pub fn dump(dir: &Path) -> io::Result<Vec<Record>> {
+    let mut records = Vec::new();
+    for (_, path) in list_segments(dir)? {
+        let bytes = std::fs::read(&path)?;
+        records.extend(
+            scan_segment(&bytes)
+                .records
+                .iter()
+                .map(|scanned| scanned.record.to_owned_record()),
+        );
+    }
+    Ok(records)
+}
+
+/// What `edge spool-verify` found.
+#[derive(Debug, Default)]
+pub struct Inspection {
+    pub segments: usize,
+    pub records: u64,
+    /// Damaged regions, oldest first.
+    pub damaged: Vec<DamagedRegion>,
+    /// Segments whose header cannot be read (recovery moves them to quarantine).
+    pub unreadable: Vec<UnreadableSegment>,
+    /// Segments whose header is damaged but whose seed was found again from the frames.
+    pub recovered_headers: Vec<PathBuf>,
+    /// Bytes after the newest segment's last record that are no whole record: a write
+    /// in progress while the edge runs, a tail recovery cuts after a crash. Not damage.
+    pub open_tail: Option<(PathBuf, usize, usize)>,
+    /// The newest segment, and the sequence number of its last whole record.
+    pub newest: Option<(PathBuf, Option<u64>)>,
+    /// What is already in `quarantine/`, with each note.
+    pub quarantined: Vec<(PathBuf, String)>,
+}
+
+/// One damaged region and the records it cost.
+#[derive(Debug)]
+pub struct DamagedRegion {
+    pub segment: PathBuf,
+    pub offset: usize,
+    pub bytes: usize,
+    pub error: FrameError,
+    /// The sequence numbers whose records were in it (`None` when the segment gives no
+    /// bound).
+    pub lost: Option<RangeInclusive<u64>>,
+    /// Sequence numbers and event ids its frames still name, unchecked.
+    pub named: Vec<(u64, String)>,
+}
+
+/// A segment with no readable header and no frame to find its seed from again.
+#[derive(Debug)]
+pub struct UnreadableSegment {
+    pub segment: PathBuf,
+    pub why: String,
+    /// Its sequence numbers, from its name to the next segment's (for the newest, to the
+    /// highest its frames still name).
+    pub lost: RangeInclusive<u64>,
+    /// Sequence numbers and event ids its frames still name, unchecked.
+    pub named: Vec<(u64, String)>,
+}
+
+impl Inspection {
+    pub fn is_damaged(&self) -> bool {
+        !self.damaged.is_empty()
+            || !self.unreadable.is_empty()
+            || !self.recovered_headers.is_empty()
+    }
+}
+
+/// Reads every segment and lists what is damaged.
+pub fn inspect(dir: &Path) -> io::Result<Inspection> {
+    let mut found = Inspection {
+        quarantined: quarantine::list(dir)?,
+        ..Default::default()
+    };
+    let segments = list_segments(dir)?;
+    for (index, (first, path)) in segments.iter().enumerate() {
+        let next_first = segments.get(index + 1).map(|(next, _)| *next);
+        let bytes = std::fs::read(path)?;
+        let scan = scan_segment(&bytes);
+        found.segments += 1;
+        if let Err(error) = scan.format {
+            found.unreadable.push(UnreadableSegment {
+                segment: path.clone(),
+                why: error.to_string(),
+                lost: *first..=match next_first {
+                    Some(next) => next.saturating_sub(1).max(*first),
+                    None => highest_seq_named(&bytes, *first).unwrap_or(*first),
+                },
+                named: named_without_header(&bytes),
+            });
+            continue;
+        }
+        found.records += scan.records.len() as u64;
+        if scan.header_recovered {
+            found.recovered_headers.push(path.clone());
+        }
+        let region = |damage: &Damage| DamagedRegion {
+            segment: path.clone(),
+            offset: damage.offset,
+            bytes: damage.len,
+            error: damage.error,
+            lost: lost_seqs(*first, damage, next_first),
+            named: damage.named.clone(),
+        };
+        found.damaged.extend(scan.damaged.iter().map(region));
+        match &scan.tail {
+            Some(tail) if next_first.is_some() => found.damaged.push(region(tail)),
+            Some(tail) => found.open_tail = Some((path.clone(), tail.offset, tail.len)),
+            None => {}
+        }
+        if next_first.is_none() {
+            let last = scan.records.last().map(|r| r.record.seq);
+            found.newest = Some((path.clone(), last.or(first.checked_sub(1))));
+        }
+    }
+    Ok(found)
+}
+
+/// The sequence numbers a damaged region held: after the last whole record before it
+/// (or from the segment's first), before the first whole record after it (or the next
+/// segment's first).
+fn lost_seqs(first: u64, damage: &Damage, next_first: Option<u64>) -> Option<RangeInclusive<u64>> {
+    let from = damage.after_seq.map_or(first, |seq| seq + 1);
+    let to = damage.before_seq.or(next_first)?.checked_sub(1)?;
+    (from <= to).then_some(from..=to)
+}
