@@ -230,6 +230,44 @@ async fn bit_rot_costs_only_the_damaged_records_and_never_stalls_delivery() {
     );
 }
 
+/// A rolling upgrade: a segment the previous release wrote (`fixtures/spool-v1/`, three
+/// GitHub events stored by the edge at 8adfbe3, format "EDGSPL01") is delivered by this
+/// one, which appends after it in its own format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segment_the_previous_release_wrote_is_delivered() {
+    let nats = Nats::start();
+    let mut edge = Edge::create("", "");
+    edge.edit_config(|text| format!("{text}{}", backhaul(&nats)));
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spool-v1");
+    std::fs::create_dir_all(edge.spool_dir()).unwrap();
+    for entry in std::fs::read_dir(&fixture).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, edge.spool_dir().join(path.file_name().unwrap())).unwrap();
+    }
+    edge.spawn();
+    let client = client(&edge, false);
+    let sent = github_post(&client, &edge, "after-upgrade", b"{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 202);
+    let answer: serde_json::Value = sent.json().await.unwrap();
+    assert_eq!(answer["seq"], 4, "numbered after the old segment's records");
+    let expected: Vec<String> = [
+        "v1-fixture-1",
+        "v1-fixture-2",
+        "v1-fixture-3",
+        "after-upgrade",
+    ]
+    .map(String::from)
+    .to_vec();
+    let at_origin = wait_until_at_origin(&nats, expected.iter(), Duration::from_secs(10)).await;
+    assert!(
+        expected.iter().all(|id| at_origin.contains(id)),
+        "{at_origin:?}"
+    );
+}
+
 /// An edge whose spool is on a power-cut file system, backhauling to a real JetStream.
 /// Fields drop in order: the edge stops before its file system is unmounted.
 struct Rig {
