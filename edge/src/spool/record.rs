@@ -177,12 +177,16 @@ fn seed_from_frame(bytes: &[u8], start: usize) -> Option<(SegmentFormat, usize)>
 }
 
 /// The `seed` with `shift(seed, len) == shifted`, where `shift` is the CRC state carried
-/// over `len` zero bytes: linear, so solved bit by bit over GF(2).
+/// over `len` zero bytes: multiplication by x^(8·len) modulo the CRC polynomial, linear,
+/// so solved bit by bit over GF(2).
 fn unshift(shifted: u32, len: usize) -> Option<u32> {
+    // The CRC state 0x8000_0000 is the polynomial 1 (the bits are reflected).
+    let factor = crc32c::crc32c_combine(0x8000_0000, 0, len);
+    let columns: Vec<u32> = (0..32).map(|bit| mul_mod_poly(1 << bit, factor)).collect();
     let mut rows: Vec<(u32, bool)> = (0..32)
         .map(|row| {
             let mask = (0..32)
-                .filter(|&bit| crc32c::crc32c_combine(1 << bit, 0, len) >> row & 1 == 1)
+                .filter(|&bit| columns[bit] >> row & 1 == 1)
                 .fold(0u32, |mask, bit| mask | 1 << bit);
             (mask, shifted >> row & 1 == 1)
         })
@@ -201,13 +205,31 @@ fn unshift(shifted: u32, len: usize) -> Option<u32> {
     Some((0..32).fold(0u32, |seed, bit| seed | u32::from(rows[bit].1) << bit))
 }
 
+/// `a · b` modulo the CRC-32C polynomial, both in the CRC's reflected bit order.
+fn mul_mod_poly(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    for bit in (0..32).rev() {
+        if a >> bit & 1 == 1 {
+            product ^= b;
+        }
+        b = if b & 1 == 1 {
+            (b >> 1) ^ CRC32C_POLY
+        } else {
+            b >> 1
+        };
+    }
+    product
+}
+
 const MAGIC_V1: &[u8; 8] = b"EDGSPL01";
 const MAGIC_V2: &[u8; 8] = b"EDGSPL02";
 const HEADER_V2_LEN: usize = 8 + 2 * 8;
 /// Seed recovery looks for frames this far into a segment, and tries this many places
 /// that may start one.
 const SEED_PROBE_BYTES: usize = 1 << 20;
-const SEED_PROBE_STARTS: usize = 256;
+const SEED_PROBE_STARTS: usize = 64;
+/// CRC-32C's polynomial, reflected.
+const CRC32C_POLY: u32 = 0x82F6_3B78;
 const VERSION: u8 = 1;
 const FLAG_EARLY: u8 = 1;
 
@@ -748,6 +770,16 @@ pub(crate) mod tests {
         segment[..100].fill(0);
         segment.resize(segment.len() + 8192, 0);
         assert_eq!(SegmentFormat::recover(&segment), Some(format));
+    }
+
+    #[test]
+    fn unshift_inverts_the_crc_shift() {
+        for len in [1, 4, 30, 4096, 1 << 20] {
+            for state in [1u32, 0x8000_0000, 0xdead_beef, 0x5eed_5eed] {
+                let shifted = crc32c::crc32c_combine(state, 0, len);
+                assert_eq!(unshift(shifted, len), Some(state), "len {len}");
+            }
+        }
     }
 
     #[test]
