@@ -201,10 +201,6 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
     assert_eq!(pops.len(), 1, "both edges use pop label test here");
 }
 
-/// The spool's filesystem fills up (a 12 MiB tmpfs made here, the origin down): appends
-/// get 503 + Retry-After and /readyz fails; nothing acknowledged is lost or torn; once
-/// the origin is back the backhaul delivers, segments are deleted, and the edge takes
-/// events again by itself.
 /// An event JetStream refuses for good (over the stream's maximum message size) is kept
 /// as a dead letter, and delivery goes on past it instead of retrying it forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,6 +274,10 @@ async fn a_stream_deleted_at_the_origin_is_made_again() {
     );
 }
 
+/// The spool's filesystem fills up (a 12 MiB tmpfs made here, the origin down): appends
+/// get 503 + Retry-After and /readyz fails; nothing acknowledged is lost or torn; once
+/// the origin is back the backhaul delivers, segments are deleted, and the edge takes
+/// events again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
     full_spool_disk(false).await;
