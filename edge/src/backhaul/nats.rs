@@ -28,6 +28,9 @@ pub struct NatsSink {
     /// The stream was found (or made). Forgotten when a publish finds no stream: one
     /// deleted at the origin is looked for (and, with `create`, made) again.
     stream_known: AtomicBool,
+    /// One look-up (or creation) at a time, as many deliveries find the stream unknown
+    /// at once: the others wait for its answer instead of asking JetStream together.
+    stream_lookup: tokio::sync::Mutex<()>,
     /// `webhooks.shed.<pop>`: where the shed ledger goes.
     shed_subject: String,
     metrics: BackhaulMetrics,
@@ -113,6 +116,7 @@ impl NatsSink {
             jetstream,
             settings: settings.clone(),
             stream_known: AtomicBool::new(false),
+            stream_lookup: tokio::sync::Mutex::new(()),
             shed_subject: format!("webhooks.shed.{}", token(pop)),
             metrics,
             origin_back,
@@ -188,6 +192,10 @@ impl NatsSink {
 
     /// Finds the stream (or makes it, with `create`) unless it is known to be there.
     async fn ensure_stream(&self) -> Result<(), DeliveryError> {
+        if self.stream_known.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _lookup = self.stream_lookup.lock().await;
         if self.stream_known.load(Ordering::Acquire) {
             return Ok(());
         }
