@@ -1,5 +1,6 @@
 //! Prometheus metrics of the agent; every series carries the `pop` label.
 
+use edge_kit::admin::AdminMetrics;
 use edge_kit::metrics::ResultLabel;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -62,6 +63,7 @@ pub struct Metrics {
     pub speaker_seconds: Family<SpeakerLabel, Histogram>,
     pub speaker_errors: Family<SpeakerLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
+    pub admin: AdminMetrics,
 }
 
 impl Metrics {
@@ -91,6 +93,7 @@ impl Metrics {
             }),
             speaker_errors: Family::default(),
             config_reloads: Family::default(),
+            admin: AdminMetrics::default(),
         };
         registry.register(
             "announced",
@@ -159,7 +162,12 @@ impl Metrics {
             "Config reloads on SIGHUP, by result (ok, failed: the running config was kept)",
             m.config_reloads.clone(),
         );
-        Self { registry, ..m }
+        let admin = AdminMetrics::register(&mut registry);
+        Self {
+            registry,
+            admin,
+            ..m
+        }
     }
 
     pub fn encode(&self) -> String {

@@ -51,7 +51,8 @@ pub struct Admin {
 impl Admin {
     /// Serves `/healthz`, `/readyz` and `/metrics` for the life of the process.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
-        edge_kit::admin::serve(listener, move |path| self.answer(path)).await;
+        let metrics = self.metrics.admin.clone();
+        edge_kit::admin::serve(listener, metrics, move |path| self.answer(path)).await;
     }
 
     fn answer(&self, path: &str) -> Answer {

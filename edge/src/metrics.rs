@@ -2,6 +2,7 @@
 //! here under `edge_*` (admission under `webhook_ingress_*`); every series carries the
 //! `pop` label, and every limit the edge enforces has a counter in its subsystem.
 
+use edge_kit::admin::AdminMetrics;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -19,6 +20,8 @@ pub struct Metrics {
     registry: Registry,
     /// 1 while `/readyz` would answer 200; set at each scrape.
     pub ready: Gauge,
+    /// Admin connections closed for a limit.
+    pub admin: AdminMetrics,
     pub admission: AdmissionMetrics,
     pub backhaul: BackhaulMetrics,
     pub connections: ConnectionMetrics,
@@ -38,6 +41,7 @@ impl Metrics {
         let tls = TlsMetrics::register(edge);
         let backhaul = BackhaulMetrics::register(edge);
         let reload = ReloadMetrics::register(edge);
+        let admin = AdminMetrics::register(edge);
         let ready = Gauge::default();
         edge.register(
             "ready",
@@ -56,6 +60,7 @@ impl Metrics {
         Self {
             registry,
             ready,
+            admin,
             admission,
             backhaul,
             connections,

@@ -417,7 +417,8 @@ async fn serve_admin(
     status: Arc<Mutex<Status>>,
     metrics: Arc<Metrics>,
 ) {
-    edge_kit::admin::serve(listener, move |path| match path {
+    let admin_metrics = metrics.admin.clone();
+    edge_kit::admin::serve(listener, admin_metrics, move |path| match path {
         "/status" => Answer::new(
             http::StatusCode::OK,
             "application/json",

@@ -1,17 +1,31 @@
 //! The small plain-HTTP server each binary runs on its admin address (`/metrics`,
 //! health, status). Answers depend only on the path. An accept error (out of file
 //! descriptors, mostly) backs off instead of spinning.
+//!
+//! A management port is reachable by more than Prometheus, so no connection may hold a
+//! slot it does not use: a request head must arrive within [`HEADER_READ_TIMEOUT`], a
+//! connection lives at most [`MAX_CONNECTION_AGE`], and at [`MAX_CONNECTIONS`] the
+//! oldest connection is closed for the newcomer. Every close for a limit is counted in
+//! `admin_connections_closed_total{reason}` and logged (at most once a second).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use crate::metrics::Reason;
 
 /// One answer of the admin server.
 pub struct Answer {
@@ -48,13 +62,43 @@ impl Answer {
     }
 }
 
+/// Connections the admin server closed because of a limit, by reason
+/// (`header_timeout`, `max_age`, `evicted`).
+#[derive(Clone, Debug, Default)]
+pub struct AdminMetrics {
+    closed: Family<Reason, Counter>,
+}
+
+impl AdminMetrics {
+    /// Registers `admin_connections_closed_total` in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "admin_connections_closed",
+            "Admin connections closed for a limit, by reason (header_timeout, max_age, evicted)",
+            metrics.closed.clone(),
+        );
+        metrics
+    }
+
+    fn closed(&self, reason: &'static str) {
+        self.closed.get_or_create(&Reason { reason }).inc();
+    }
+}
+
 /// Serves HTTP/1.1 on `listener` for the life of the process, `answer` mapping a
 /// request path to its answer.
-pub async fn serve<F>(listener: TcpListener, answer: F)
+pub async fn serve<F>(listener: TcpListener, metrics: AdminMetrics, answer: F)
 where
     F: Fn(&str) -> Answer + Send + Sync + 'static,
 {
     let answer = Arc::new(answer);
+    let slots = Arc::new(Slots::default());
+    let closes = Arc::new(CloseLog::default());
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     let mut backoff = MIN_BACKOFF;
     loop {
         let stream = match listener.accept().await {
@@ -69,15 +113,35 @@ where
                 continue;
             }
         };
+        let (id, evict) = slots.take();
+        if let Some(oldest) = evict {
+            oldest.notify_one();
+        }
         let answer = Arc::clone(&answer);
+        let slots = Arc::clone(&slots);
+        let closes = Arc::clone(&closes);
+        let metrics = metrics.clone();
+        let builder = builder.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
                 let response = respond(answer(request.uri().path()));
                 async move { Ok::<_, Infallible>(response) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let evicted = slots.eviction(id);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let closed_for = tokio::select! {
+                result = connection => match result {
+                    Err(e) if e.is_timeout() => Some("header_timeout"),
+                    _ => None,
+                },
+                _ = evicted.notified() => Some("evicted"),
+                _ = tokio::time::sleep(MAX_CONNECTION_AGE) => Some("max_age"),
+            };
+            slots.give_back(id);
+            if let Some(reason) = closed_for {
+                metrics.closed(reason);
+                closes.note(reason);
+            }
         });
     }
 }
@@ -92,6 +156,83 @@ fn respond(answer: Answer) -> Response<Full<Bytes>> {
     response
 }
 
+/// The open admin connections, oldest first, each with the bell that closes it.
+#[derive(Default)]
+struct Slots {
+    open: Mutex<VecDeque<(u64, Arc<Notify>)>>,
+    next_id: AtomicU64,
+}
+
+impl Slots {
+    /// A slot for a new connection, and the oldest connection's bell when the server is
+    /// full.
+    fn take(&self) -> (u64, Option<Arc<Notify>>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut open = self.lock();
+        let evict = if open.len() >= MAX_CONNECTIONS {
+            open.pop_front().map(|(_, bell)| bell)
+        } else {
+            None
+        };
+        open.push_back((id, Arc::new(Notify::new())));
+        (id, evict)
+    }
+
+    /// The bell that rings when connection `id` must make room.
+    fn eviction(&self, id: u64) -> Arc<Notify> {
+        self.lock()
+            .iter()
+            .find(|(open, _)| *open == id)
+            .map(|(_, bell)| Arc::clone(bell))
+            // Already evicted before its task ran: ring at once.
+            .unwrap_or_else(|| {
+                let bell = Arc::new(Notify::new());
+                bell.notify_one();
+                bell
+            })
+    }
+
+    fn give_back(&self, id: u64) {
+        self.lock().retain(|(open, _)| *open != id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Arc<Notify>)>> {
+        // Plain data: consistent whatever a panicking holder did.
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One log line a second at most for closes under a limit: a flood must not become a
+/// flood of log lines.
+#[derive(Default)]
+struct CloseLog {
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl CloseLog {
+    fn note(&self, reason: &'static str) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (last, unlogged) = &mut *state;
+        *unlogged += 1;
+        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            tracing::warn!(
+                reason,
+                closed = *unlogged,
+                "admin connections closed for a limit since the last such line"
+            );
+            *last = Some(Instant::now());
+            *unlogged = 0;
+        }
+    }
+}
+
+/// A request head (Prometheus, curl, a peer's guard) is a few hundred bytes.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A scrape or status read takes milliseconds; keep-alive between scrapes is allowed
+/// this long, then the client reconnects.
+pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
+/// Far more than a PoP's monitors and peers use at once.
+pub const MAX_CONNECTIONS: usize = 256;
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const MIN_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

@@ -121,12 +121,16 @@ async fn serve_metrics(
     pop: String,
     attached: String,
 ) {
-    edge_kit::admin::serve(listener, move |path| match path {
+    let mut registry = edge_kit::metrics::registry_for_pop(&pop);
+    let admin =
+        edge_kit::admin::AdminMetrics::register(registry.sub_registry_with_prefix("edge_xdp"));
+    edge_kit::admin::serve(listener, admin, move |path| match path {
         "/metrics" => {
-            let body = match filter.lock().expect("filter lock").counters() {
+            let mut body = match filter.lock().expect("filter lock").counters() {
                 Ok(counters) => attached.clone() + &metrics::render(&pop, &counters),
                 Err(e) => format!("{attached}# error reading counters: {e:#}\n"),
             };
+            body += &edge_kit::metrics::encode(&registry);
             Answer::new(http::StatusCode::OK, PROMETHEUS_TEXT, body)
         }
         _ => Answer::not_found("/metrics"),
