@@ -246,9 +246,15 @@ pub struct DegradedAttributes {
 pub struct GuardConfig {
     /// Other PoPs' agent `/status` URLs.
     pub peers: Vec<String>,
+    /// Veto a health withdraw only while the peers known to be withdrawn leave fewer
+    /// than this many that announce or did not answer.
     pub min_other_pops_announcing: usize,
+    /// A peer that has not answered within this is unknown.
     #[serde(default = "default_check_timeout", with = "humantime_serde")]
     pub timeout: Duration,
+    /// The longest a veto holds a failing PoP announced; then it withdraws anyway.
+    #[serde(default = "default_max_veto", with = "humantime_serde")]
+    pub max_veto: Duration,
 }
 
 pub use edge_kit::config_file::ConfigErrors;
@@ -440,6 +446,9 @@ fn default_graceful_wait() -> Duration {
 const MAX_GRACEFUL_WAIT: Duration = Duration::from_secs(60);
 fn default_true() -> bool {
     true
+}
+fn default_max_veto() -> Duration {
+    Duration::from_secs(300)
 }
 fn default_check_timeout() -> Duration {
     Duration::from_millis(300)

@@ -2,36 +2,199 @@
 //! whether they announce. If withdrawing would leave fewer than the configured minimum
 //! announcing, a shared fault is more likely than a local one, and staying announced
 //! keeps the service on the internet.
+//!
+//! The guard must not be a lever against the fleet. A peer that does not answer within
+//! the timeout (down, or its admin port flooded) is *unknown*, and the guard vetoes only
+//! when the peers it knows to be withdrawn are too many for the minimum to hold even if
+//! every unknown one announces. A veto lasts at most `max_veto`: after that the withdraw
+//! goes ahead, logged and counted, so a PoP that stays broken does not stay announced.
+//!
+//! [`Guard`] is the decision (pure, fed answers and the time); [`ask_peers`] the I/O.
+
+use std::time::Duration;
 
 use crate::config::GuardConfig;
 
-/// Whether a withdraw may go ahead, and how many peers announce.
-pub async fn allows_withdraw(guard: &GuardConfig) -> (bool, usize) {
-    let answers =
-        futures::future::join_all(guard.peers.iter().map(|url| peer_announces(url, guard))).await;
-    let announcing = answers.into_iter().filter(|a| *a).count();
-    (announcing >= guard.min_other_pops_announcing, announcing)
+/// What one peer's agent said about its route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerRoute {
+    /// `route: announced` (degraded included: it still carries traffic).
+    Announced,
+    /// Withdrawn, or on its way out (`graceful_shutdown`).
+    NotAnnounced,
+    /// No usable answer within the timeout.
+    Unknown,
 }
 
-async fn peer_announces(url: &str, guard: &GuardConfig) -> bool {
-    let body = match tokio::time::timeout(guard.timeout, crate::checks::fetch(url)).await {
-        Ok(Ok(body)) => body,
-        _ => return false,
+/// The guard's word on one health withdraw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Enough peers may carry the traffic: withdraw.
+    Allow,
+    /// Too few peers announce: stay announced.
+    Veto,
+    /// Vetoed for `max_veto` already: withdraw now.
+    VetoExpired,
+}
+
+/// How many peers answered what.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub announcing: usize,
+    pub not_announcing: usize,
+    pub unknown: usize,
+}
+
+impl Tally {
+    pub fn of(answers: &[PeerRoute]) -> Self {
+        let count = |route| answers.iter().filter(|a| **a == route).count();
+        Self {
+            announcing: count(PeerRoute::Announced),
+            not_announcing: count(PeerRoute::NotAnnounced),
+            unknown: count(PeerRoute::Unknown),
+        }
+    }
+}
+
+/// The guard's memory: since when it has been vetoing.
+#[derive(Clone, Debug, Default)]
+pub struct Guard {
+    vetoing_since: Option<Duration>,
+}
+
+impl Guard {
+    /// Decides a health withdraw at `now` (any monotonic origin).
+    pub fn decide(
+        &mut self,
+        now: Duration,
+        tally: Tally,
+        min_announcing: usize,
+        max_veto: Duration,
+    ) -> Verdict {
+        if tally.announcing + tally.unknown >= min_announcing {
+            self.vetoing_since = None;
+            return Verdict::Allow;
+        }
+        let since = *self.vetoing_since.get_or_insert(now);
+        if now.saturating_sub(since) >= max_veto {
+            self.vetoing_since = None;
+            return Verdict::VetoExpired;
+        }
+        Verdict::Veto
+    }
+
+    /// No withdraw is pending any more (health came back, or a drain took over): the
+    /// next veto starts its bound afresh.
+    pub fn clear(&mut self) {
+        self.vetoing_since = None;
+    }
+
+    /// Whether a veto holds the route now.
+    pub fn vetoing(&self) -> bool {
+        self.vetoing_since.is_some()
+    }
+}
+
+/// Asks every peer at once, each bounded by the guard's timeout.
+pub async fn ask_peers(guard: &GuardConfig) -> Vec<PeerRoute> {
+    futures::future::join_all(guard.peers.iter().map(|url| peer_route(url, guard.timeout))).await
+}
+
+async fn peer_route(url: &str, timeout: Duration) -> PeerRoute {
+    let Ok(Ok(body)) = tokio::time::timeout(timeout, crate::checks::fetch(url)).await else {
+        return PeerRoute::Unknown;
     };
-    serde_json::from_str::<serde_json::Value>(&body)
-        .is_ok_and(|status| status["route"] == "announced")
+    let Ok(status) = serde_json::from_str::<serde_json::Value>(&body) else {
+        return PeerRoute::Unknown;
+    };
+    match status["route"].as_str() {
+        Some("announced") => PeerRoute::Announced,
+        Some("withdrawn" | "graceful_shutdown") => PeerRoute::NotAnnounced,
+        _ => PeerRoute::Unknown,
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use PeerRoute::{Announced as A, NotAnnounced as N, Unknown as U};
 
-    /// A peer agent's status endpoint answering with `route`.
-    async fn peer(route: &'static str) -> String {
+    const MAX_VETO: Duration = Duration::from_secs(300);
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn unknown_peers_never_cause_a_veto() {
+        for answers in [&[U, U, U][..], &[U, N, N], &[A, U, N]] {
+            let mut guard = Guard::default();
+            let tally = Tally::of(answers);
+            let needed = tally.announcing + tally.unknown;
+            assert_eq!(
+                guard.decide(s(0), tally, needed, MAX_VETO),
+                Verdict::Allow,
+                "{answers:?} with minimum {needed}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_veto_needs_enough_peers_known_withdrawn() {
+        let mut guard = Guard::default();
+        assert_eq!(
+            guard.decide(s(0), Tally::of(&[A, N, U]), 3, MAX_VETO),
+            Verdict::Veto
+        );
+        assert!(guard.vetoing());
+        assert_eq!(
+            guard.decide(s(1), Tally::of(&[A, A, U]), 3, MAX_VETO),
+            Verdict::Allow
+        );
+        assert!(!guard.vetoing());
+    }
+
+    #[test]
+    fn a_veto_ends_after_its_bound_and_the_next_one_starts_afresh() {
+        let mut guard = Guard::default();
+        let alone = Tally::of(&[N, N]);
+        assert_eq!(guard.decide(s(10), alone, 1, MAX_VETO), Verdict::Veto);
+        assert_eq!(guard.decide(s(309), alone, 1, MAX_VETO), Verdict::Veto);
+        assert_eq!(
+            guard.decide(s(310), alone, 1, MAX_VETO),
+            Verdict::VetoExpired
+        );
+        assert_eq!(guard.decide(s(311), alone, 1, MAX_VETO), Verdict::Veto);
+        guard.clear();
+        assert_eq!(guard.decide(s(900), alone, 1, MAX_VETO), Verdict::Veto);
+        assert_eq!(guard.decide(s(1199), alone, 1, MAX_VETO), Verdict::Veto);
+    }
+
+    #[test]
+    fn every_mix_of_three_peers_follows_the_rule() {
+        let routes = [A, N, U];
+        for a in routes {
+            for b in routes {
+                for c in routes {
+                    let tally = Tally::of(&[a, b, c]);
+                    for min in 0..=3 {
+                        let verdict = Guard::default().decide(s(0), tally, min, MAX_VETO);
+                        let vetoes = tally.not_announcing > 3 - min;
+                        assert_eq!(
+                            verdict == Verdict::Veto,
+                            vetoes,
+                            "{a:?} {b:?} {c:?} min {min}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A peer agent's status endpoint answering with `body`.
+    async fn peer(body: &'static str) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/status", listener.local_addr().unwrap());
         tokio::spawn(async move {
@@ -39,7 +202,6 @@ mod tests {
                 let (mut stream, _) = listener.accept().await.unwrap();
                 let mut buf = [0u8; 1024];
                 let _ = stream.read(&mut buf).await;
-                let body = format!(r#"{{"route":"{route}"}}"#);
                 let head = format!(
                     "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                     body.len()
@@ -50,23 +212,44 @@ mod tests {
         url
     }
 
+    /// A peer whose admin accepts connections and never answers (a flooded agent).
+    async fn silent_peer() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/status", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        url
+    }
+
     #[tokio::test]
-    async fn counts_only_peers_that_answer_announced() {
+    async fn answers_map_to_routes_and_silence_to_unknown() {
         let dead = format!("http://127.0.0.1:{}/status", {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         });
-        let peers = vec![peer("announced").await, peer("withdrawn").await, dead];
-        let guard = |min| GuardConfig {
-            peers: peers.clone(),
-            min_other_pops_announcing: min,
-            timeout: Duration::from_millis(500),
+        let peers = vec![
+            peer(r#"{"route":"announced"}"#).await,
+            peer(r#"{"route":"withdrawn"}"#).await,
+            peer(r#"{"route":"graceful_shutdown"}"#).await,
+            peer("<html>busy</html>").await,
+            silent_peer().await,
+            dead,
+        ];
+        let config = GuardConfig {
+            peers,
+            min_other_pops_announcing: 1,
+            timeout: Duration::from_millis(300),
+            max_veto: MAX_VETO,
         };
-        assert_eq!(allows_withdraw(&guard(1)).await, (true, 1));
-        assert_eq!(
-            allows_withdraw(&guard(2)).await,
-            (false, 1),
-            "withdrawing would leave too few announcing"
+        let started = std::time::Instant::now();
+        assert_eq!(ask_peers(&config).await, vec![A, N, N, U, U, U]);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "asked in parallel, each bounded"
         );
     }
 }

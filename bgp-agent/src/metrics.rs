@@ -60,6 +60,8 @@ pub struct Metrics {
     pub graceful_shutdown: Gauge,
     pub degraded: Gauge,
     pub guard_blocked: Counter,
+    pub guard_veto_expired: Counter,
+    pub guard_peers_unknown: Gauge,
     pub speaker_seconds: Family<SpeakerLabel, Histogram>,
     pub speaker_errors: Family<SpeakerLabel, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
@@ -88,6 +90,8 @@ impl Metrics {
             graceful_shutdown: Gauge::default(),
             degraded: Gauge::default(),
             guard_blocked: Counter::default(),
+            guard_veto_expired: Counter::default(),
+            guard_peers_unknown: Gauge::default(),
             speaker_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.0005, 2.0, 14))
             }),
@@ -146,6 +150,16 @@ impl Metrics {
             "guard_blocked",
             "Withdraws the peer guard refused",
             m.guard_blocked.clone(),
+        );
+        registry.register(
+            "guard_veto_expired",
+            "Vetoes that outlived guard.max_veto, after which the agent withdrew anyway",
+            m.guard_veto_expired.clone(),
+        );
+        registry.register(
+            "guard_peers_unknown",
+            "Peers that did not answer the guard's last question in time",
+            m.guard_peers_unknown.clone(),
         );
         registry.register(
             "speaker_seconds",

@@ -18,7 +18,7 @@ use edge_kit::signals::{Signal, Signals};
 
 use crate::checks::{self, Outcome};
 use crate::config::Config;
-use crate::guard;
+use crate::guard::{self, Guard, Tally, Verdict};
 use crate::hysteresis::{Change, Why};
 use crate::metrics::{
     ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, SpeakerLabel,
@@ -39,6 +39,8 @@ pub struct Status {
     pub penalty: f64,
     pub suppressed: bool,
     pub drained: bool,
+    /// The peer guard holds a health withdraw back (at most `guard.max_veto`).
+    pub guard_vetoing: bool,
     pub transitions: u64,
     pub speaker: &'static str,
     pub last_change_unix_ms: Option<u64>,
@@ -88,6 +90,7 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         config.graceful_shutdown.clone(),
     );
     let mut checks = CheckRunner::new(config.checks.len());
+    let mut guard = Guard::default();
     let origin = Instant::now();
     let mut signals = Signals::new()?;
     tracing::info!(prefixes = ?config.prefixes, speaker = announcer.speaker.kind(), "bgp-agent started withdrawn");
@@ -109,13 +112,15 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
                 "degrade checks changed how the route is preferred"
             );
         }
-        if round.ask_guard
-            && let Some(guard) = &config.guard
-            && !guard_allows(guard, &metrics).await
+        if !round.ask_guard {
+            guard.clear();
+        } else if let Some(config) = &config.guard
+            && !guard_allows(&mut guard, config, now, &metrics).await
         {
             agent.veto();
             round.change = None;
         }
+        status.lock().expect("status lock").guard_vetoing = guard.vetoing();
         if let Some(change) = round.change {
             record_change(change, &agent, now, &metrics, &status);
         }
@@ -175,6 +180,7 @@ impl Status {
             penalty: 0.0,
             suppressed: false,
             drained,
+            guard_vetoing: false,
             transitions: 0,
             speaker,
             last_change_unix_ms: None,
@@ -184,18 +190,42 @@ impl Status {
     }
 }
 
-/// Asks the peer guard whether a health withdraw may go ahead; logs and counts a veto.
-async fn guard_allows(guard: &crate::config::GuardConfig, metrics: &Metrics) -> bool {
-    let (allowed, announcing) = guard::allows_withdraw(guard).await;
-    if !allowed {
-        metrics.guard_blocked.inc();
-        tracing::error!(
-            announcing,
-            minimum = guard.min_other_pops_announcing,
-            "GUARD: local checks fail but too few other PoPs announce; staying announced"
-        );
+/// Asks the peers and the guard whether a health withdraw may go ahead; logs and
+/// counts a veto and a veto that ran out.
+async fn guard_allows(
+    guard: &mut Guard,
+    config: &crate::config::GuardConfig,
+    now: std::time::Duration,
+    metrics: &Metrics,
+) -> bool {
+    let tally = Tally::of(&guard::ask_peers(config).await);
+    metrics.guard_peers_unknown.set(tally.unknown as i64);
+    let minimum = config.min_other_pops_announcing;
+    match guard.decide(now, tally, minimum, config.max_veto) {
+        Verdict::Allow => true,
+        Verdict::Veto => {
+            metrics.guard_blocked.inc();
+            tracing::error!(
+                announcing = tally.announcing,
+                withdrawn = tally.not_announcing,
+                unknown = tally.unknown,
+                minimum,
+                "GUARD: local checks fail but too few other PoPs announce; staying announced"
+            );
+            false
+        }
+        Verdict::VetoExpired => {
+            metrics.guard_veto_expired.inc();
+            tracing::error!(
+                announcing = tally.announcing,
+                withdrawn = tally.not_announcing,
+                unknown = tally.unknown,
+                max_veto = ?config.max_veto,
+                "GUARD: vetoed for max_veto and the checks still fail; withdrawing"
+            );
+            true
+        }
     }
-    allowed
 }
 
 fn record_change(
