@@ -482,7 +482,7 @@ checks:
   - { name: edge, kind: http, url: "http://127.0.0.1:9180/readyz" }
   - { name: origin, kind: tcp, address: "127.0.0.1:4222", class: shared }
   - { name: maintenance, kind: file, path: /etc/edge/maintenance }
-speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/bird.ctl }
+speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/bird/bird.ctl }
 "#;
 
     #[test]
@@ -539,7 +539,7 @@ speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/b
         assert_eq!(c.checks[0].class, CheckClass::Degrade);
         // ExaBGP must be told how to degrade, and prepending needs the AS.
         let exabgp = degrading.replace(
-            "speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/bird.ctl }",
+            "speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/bird/bird.ctl }",
             "speaker: { kind: exabgp }",
         );
         assert_eq!(errors(&exabgp)[0].0, "speaker.degraded");

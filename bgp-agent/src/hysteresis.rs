@@ -665,7 +665,7 @@ prefixes: ["192.0.2.10/32"]
 state_dir: /var/lib/bgp-agent
 admin_listen: 127.0.0.1:9181
 checks: [{ name: edge, kind: http, url: "http://127.0.0.1:9180/readyz" }]
-speaker: { kind: bird, include_file: /etc/bird/anycast.conf, socket: /run/bird/bird.ctl }
+speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/bird/bird.ctl }
 "#;
 
     proptest! {

@@ -6,6 +6,7 @@
 //! config kept.
 
 mod round;
+mod watchdog;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -25,6 +26,7 @@ use crate::metrics::{
 };
 use crate::speaker::{Advert, Speaker};
 use round::Agent;
+use watchdog::Watchdog;
 
 /// What `bgp-agent status` and the peer guard read.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -50,8 +52,6 @@ pub struct Status {
 
 pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&config.pop));
-    std::fs::create_dir_all(&config.state_dir)
-        .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
     let speaker = Speaker::new(
         &config.speaker,
         config.prefixes.clone(),
@@ -64,17 +64,9 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         speaker.kind(),
         config.drain_flag().exists(),
     )));
-    let admin = tokio::net::TcpListener::bind(config.admin_listen)
-        .await
-        .with_context(|| format!("admin_listen {}", config.admin_listen))?;
-    tokio::spawn(serve_admin(
-        admin,
-        Arc::clone(&status),
-        Arc::clone(&metrics),
-    ));
-
-    // Start withdrawn and make the daemon agree: a predecessor that died may have left
-    // the prefix announced.
+    // Start withdrawn and make the daemon agree, before anything else that can fail: a
+    // predecessor that died may have left the prefix announced, and an agent that cannot
+    // start must not leave it so.
     let mut announcer = Announcer {
         speaker,
         applied: None,
@@ -83,6 +75,18 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         prefixes: config.prefixes.clone(),
     };
     announcer.carry(Advert::Withdrawn).await;
+    std::fs::create_dir_all(&config.state_dir)
+        .with_context(|| format!("state_dir {}", config.state_dir.display()))?;
+    let admin = tokio::net::TcpListener::bind(config.admin_listen)
+        .await
+        .with_context(|| format!("admin_listen {}", config.admin_listen))?;
+    tokio::spawn(serve_admin(
+        admin,
+        Arc::clone(&status),
+        Arc::clone(&metrics),
+    ));
+    let watchdog = Watchdog::from_env();
+    watchdog.ready();
 
     let mut agent = Agent::new(
         config.policy(),
@@ -126,12 +130,13 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         }
         announcer.carry(agent.advert()).await;
         publish(&agent, now, outcomes, &metrics, &status);
+        watchdog.alive();
 
-        let pause = if agent.change_pending() {
+        let pause = watchdog.bound(if agent.change_pending() {
             config.fast_interval
         } else {
             config.interval
-        };
+        });
         let signal = tokio::select! {
             _ = tokio::time::sleep(pause) => continue,
             signal = signals.next() => signal,

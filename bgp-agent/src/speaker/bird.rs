@@ -59,6 +59,10 @@ impl Bird {
         tokio::fs::write(&temp, text)
             .await
             .with_context(|| format!("writing {}", temp.display()))?;
+        // BIRD, another user, reads it; the agent's umask is 0077.
+        tokio::fs::set_permissions(&temp, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .await
+            .with_context(|| format!("making {} readable", temp.display()))?;
         tokio::fs::rename(&temp, &self.include_file)
             .await
             .with_context(|| format!("renaming to {}", self.include_file.display()))?;
