@@ -27,8 +27,39 @@ fn ansible_provisions_upgrades_and_refuses_bad_config() {
     rolling_deploy(&fleet, &lab, &machines);
     rotate_ticket_keys(&fleet, &lab, &machines);
     operations(&lab, &machines);
+    hardening(&lab, &machines);
     bad_config_stops_at_validate(&fleet, &lab, &machines);
     lab.verify_origin_has_every_ack();
+}
+
+/// The packaged units score at or under their exposure limits before they ship (the
+/// booted machines check them again where they run).
+#[test]
+fn units_are_hardened() {
+    let repo = repo();
+    let units = [
+        "edge/systemd/edge.service",
+        "bgp-agent/systemd/bgp-agent.service",
+        "xdp/loader/systemd/edge-xdp.service",
+    ];
+    let report = run_ok(
+        Command::new("systemd-analyze")
+            .current_dir(&repo)
+            .args(["security", "--offline=true", "--no-pager"])
+            .args(units),
+    );
+    let scores: Vec<String> = UNIT_EXPOSURE_LIMITS
+        .iter()
+        .map(|(unit, limit)| {
+            let score = exposure(&report, unit);
+            assert!(score <= *limit, "{unit}: exposure {score} > {limit}");
+            format!("{unit} {score} (limit {limit})")
+        })
+        .collect();
+    println!(
+        "scenario unit-exposure: systemd-analyze security --offline: {}",
+        scores.join(", ")
+    );
 }
 
 /// Every playbook passes `--syntax-check` and the roles and playbooks pass
@@ -363,6 +394,122 @@ fn operations(lab: &LabCli, machines: &[Machine]) {
     );
 }
 
+/// The PoP's defences where they run: the units' exposure scores, an agent admin that
+/// sheds a flood of half-sent heads while the agent keeps deciding, and a hung agent
+/// (SIGSTOP) whose route the watchdog takes down, under both speakers, with nothing
+/// acknowledged lost.
+fn hardening(lab: &LabCli, machines: &[Machine]) {
+    let (pop_a, pop_b) = (&machines[0], &machines[1]);
+    let scores = pop_b
+        .run("systemd-analyze security --no-pager edge.service bgp-agent.service edge-xdp.service")
+        .unwrap();
+    let mut printed = Vec::new();
+    for (unit, limit) in UNIT_EXPOSURE_LIMITS {
+        let score = exposure(&scores, unit);
+        assert!(
+            score <= limit,
+            "{unit}: exposure {score} > {limit}:\n{scores}"
+        );
+        printed.push(format!("{unit} {score}"));
+    }
+
+    let decided = |m: &Machine| {
+        m.run("curl -s --max-time 2 http://$(sed -n 's/^admin_listen: //p' /etc/edge/agent.yaml)/metrics")
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("bgp_agent_check_results_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    let checks_before = decided(pop_b);
+    let flood = pop_b
+        .run(&format!(
+            "ulimit -n 16384; python3 - <<'PY'\n{HALF_HEAD_FLOOD}\nPY"
+        ))
+        .unwrap();
+    let flood = flood.trim().to_owned();
+    let checks_during = decided(pop_b) - checks_before;
+    let last_close: f64 = flood
+        .split("the last ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or(f64::MAX);
+    assert!(
+        flood.starts_with("closed 2000/2000") && flood.contains("answered 200"),
+        "half-head flood: {flood}"
+    );
+    assert!(
+        last_close <= HALF_HEAD_CLOSE_BOUND,
+        "half-head flood: the last connection was held {last_close} s: {flood}"
+    );
+    assert!(
+        checks_during >= 10.0,
+        "the agent stopped deciding under the flood: {checks_during} check runs: {flood}"
+    );
+
+    let mut watchdog = Vec::new();
+    for (machine, unit) in [(pop_b, "bgp-agent"), (pop_a, "exabgp")] {
+        let agent = machine.run("pgrep -x bgp-agent").unwrap().trim().to_owned();
+        let unit_pid = main_pid(machine, unit);
+        let router = RouterWatch::start();
+        let load = lab.load(
+            &format!("stop-agent-{}", machine.name),
+            50,
+            Duration::from_secs(12),
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        machine.run(&format!("kill -STOP {agent}")).unwrap();
+        let withdrawn = lab.wait_next_hops(1, WATCHDOG + Duration::from_secs(1));
+        let outcomes = load.finish(lab);
+        let router = router.stop();
+        let started = Instant::now();
+        while main_pid(machine, unit) == unit_pid || machine.unit_state(unit) != "active" {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{unit} on {} did not come back after the watchdog",
+                machine.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let back = lab.wait_next_hops(2, Duration::from_secs(60));
+        let (rehashed, failed): (Vec<&Outcome>, Vec<&Outcome>) = outcomes
+            .iter()
+            .filter(|o| !o.acked())
+            .partition(|o| router.rehashed(o));
+        assert!(
+            failed.is_empty() && rehashed.len() <= MAX_REHASHED_PER_CHANGE * router.changes().len(),
+            "SIGSTOP of the agent on {}: {} failed, {} reset by the router: {:?}",
+            machine.name,
+            failed.len(),
+            rehashed.len(),
+            failures(&outcomes)
+        );
+        lab.assert_at_origin_once(&outcomes, Duration::from_secs(30));
+        watchdog.push(format!(
+            "{} ({unit}) withdrawn {:.1} s after SIGSTOP, back {:.1} s later, {}/{} acked",
+            machine.name,
+            withdrawn.as_secs_f64(),
+            back.as_secs_f64(),
+            outcomes.iter().filter(|o| o.acked()).count(),
+            outcomes.len()
+        ));
+    }
+    println!(
+        "scenario ansible-hardening: exposure {}; agent admin flood: {flood}, {checks_during} check runs meanwhile; watchdog: {}",
+        printed.join(", "),
+        watchdog.join("; ")
+    );
+}
+
+/// "Overall exposure level for UNIT: N.N" of `systemd-analyze security`.
+fn exposure(report: &str, unit: &str) -> f64 {
+    report
+        .lines()
+        .find(|l| l.contains(&format!("Overall exposure level for {unit}:")))
+        .and_then(|l| l.split(": ").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level for {unit}:\n{report}"))
+}
+
 fn main_pid(machine: &Machine, unit: &str) -> String {
     machine
         .run(&format!("systemctl show -p MainPID --value {unit}"))
@@ -638,6 +785,48 @@ fn run_ok(command: &mut Command) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// `systemd-analyze security` exposure each unit must stay at or under: below
+/// systemd's own daemons for the edge and the agent; edge-xdp needs its capabilities.
+const UNIT_EXPOSURE_LIMITS: [(&str, f64); 3] = [
+    ("edge.service", 1.9),
+    ("bgp-agent.service", 2.5),
+    ("edge-xdp.service", 3.5),
+];
+/// The admin server's header timeout (5 s) after the last of the flood opened, with room
+/// for opening 2,000 connections.
+const HALF_HEAD_CLOSE_BOUND: f64 = 9.0;
+/// `WatchdogSec=` of the agent's unit and of ExaBGP's drop-in.
+const WATCHDOG: Duration = Duration::from_secs(5);
+/// 2,000 connections to the agent's admin that each send half a request head, then a
+/// status read beside them; prints how many were closed and when.
+const HALF_HEAD_FLOOD: &str = r#"
+import re, socket, time, urllib.request
+host, port = re.search(r"^admin_listen: (\S+):(\d+)", open("/etc/edge/agent.yaml").read(), re.M).groups()
+started = time.monotonic()
+held = []
+for _ in range(2000):
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"GET /status HTTP/1.1\r\nHost: pop\r\n")
+    s.setblocking(False)
+    held.append(s)
+answer = urllib.request.urlopen(f"http://{host}:{port}/status", timeout=3).status
+closed, last = 0, 0.0
+while held and time.monotonic() - started < 15:
+    for s in list(held):
+        try:
+            if s.recv(4096) == b"":
+                raise ConnectionResetError
+        except BlockingIOError:
+            continue
+        except OSError:
+            pass
+        held.remove(s)
+        s.close()
+        closed += 1
+        last = time.monotonic() - started
+    time.sleep(0.05)
+print(f"closed {closed}/2000, the last {last:.1f} s after the first opened; /status answered {answer} beside them")
+"#;
 /// Units every provisioned PoP runs, whatever its speaker.
 const COMMON_UNITS: [&str; 4] = [
     "edge",
