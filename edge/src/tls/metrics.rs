@@ -15,6 +15,7 @@ pub struct TlsMetrics {
     handshake_failures: Family<Reason, Counter>,
     pub early_data_connections: Counter,
     certificate_not_after: Family<Certificate, Gauge>,
+    ticket_keys_changed: Gauge,
 }
 
 impl TlsMetrics {
@@ -42,7 +43,16 @@ impl TlsMetrics {
             "When each served certificate expires (its notAfter, Unix time), by certificate (default or the SNI name)",
             metrics.certificate_not_after.clone(),
         );
+        tls.register(
+            "ticket_keys_changed_timestamp_seconds",
+            "When the shared session-ticket key file last changed (its mtime, Unix time): every rotation step rewrites it, so now minus this is the newest key's age",
+            metrics.ticket_keys_changed.clone(),
+        );
         metrics
+    }
+
+    pub fn ticket_keys_changed(&self, unix_secs: i64) {
+        self.ticket_keys_changed.set(unix_secs);
     }
 
     pub fn handshake(&self, version: &'static str, resumed: bool) {

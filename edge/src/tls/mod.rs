@@ -36,7 +36,7 @@ pub fn server_config(
         SessionTickets::Stateful => None,
         SessionTickets::Shared { key_file, lifetime } => {
             let lifetime = u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX);
-            let tickets = Arc::new(SharedTickets::load(key_file, lifetime)?);
+            let tickets = Arc::new(SharedTickets::load(key_file, lifetime, metrics.clone())?);
             config.ticketer = Arc::clone(&tickets) as Arc<dyn rustls::server::ProducesTickets>;
             Some(tickets)
         }

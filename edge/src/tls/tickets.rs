@@ -18,12 +18,15 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use sha2::{Digest, Sha256};
 
+use super::metrics::TlsMetrics;
+
 pub struct SharedTickets {
     path: PathBuf,
     lifetime_secs: u32,
     keys: RwLock<Vec<TicketKey>>,
     loaded_mtime: Mutex<Option<SystemTime>>,
     random: SystemRandom,
+    metrics: TlsMetrics,
 }
 
 struct TicketKey {
@@ -32,13 +35,19 @@ struct TicketKey {
 }
 
 impl SharedTickets {
-    pub fn load(path: &Path, lifetime_secs: u32) -> anyhow::Result<SharedTickets> {
+    /// Loads the key file; `metrics` learn when it last changed, at each load.
+    pub fn load(
+        path: &Path,
+        lifetime_secs: u32,
+        metrics: TlsMetrics,
+    ) -> anyhow::Result<SharedTickets> {
         let tickets = SharedTickets {
             path: path.to_owned(),
             lifetime_secs,
             keys: RwLock::new(Vec::new()),
             loaded_mtime: Mutex::new(None),
             random: SystemRandom::new(),
+            metrics,
         };
         tickets.reload()?;
         Ok(tickets)
@@ -68,6 +77,10 @@ impl SharedTickets {
         let count = keys.len();
         *self.keys.write().expect("ticket keys lock") = keys;
         *self.loaded_mtime.lock().expect("mtime lock") = mtime;
+        // Every rotation step rewrites the file: its mtime is when the newest key came.
+        if let Some(changed) = mtime.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()) {
+            self.metrics.ticket_keys_changed(changed.as_secs() as i64);
+        }
         Ok(count)
     }
 
@@ -176,7 +189,7 @@ mod tests {
     fn tickets(lines: &[String]) -> (tempfile::NamedTempFile, SharedTickets) {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), lines.join("\n")).unwrap();
-        let t = SharedTickets::load(file.path(), 3600).unwrap();
+        let t = SharedTickets::load(file.path(), 3600, TlsMetrics::default()).unwrap();
         (file, t)
     }
 
