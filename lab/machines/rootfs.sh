@@ -8,7 +8,7 @@ set -euo pipefail
 
 cache=${LAB_CACHE:-/var/cache/webhook-edge-lab}
 base=(systemd-sysv dbus python3 python3-apt openssh-server procps iproute2 ca-certificates curl)
-roles=(bird2 exabgp prometheus-node-exporter)
+roles=(bird2 exabgp prometheus-node-exporter nftables)
 key=$(printf '%s\n' bookworm "${base[@]}" "${roles[@]}" networkd-off | sha256sum | cut -c1-12)
 tarball="$cache/bookworm-$key.tar.zst"
 if [ -s "$tarball" ]; then
