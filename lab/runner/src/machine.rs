@@ -19,6 +19,8 @@ pub struct Machine {
     /// The network namespace it shares with its lab node.
     pub netns: String,
     root: PathBuf,
+    /// Where its pidfile and console log are.
+    dir: PathBuf,
     nspawn: Child,
     init: u32,
 }
@@ -57,45 +59,48 @@ impl Machine {
         std::fs::write(root.join("root/.ssh/authorized_keys"), authorized_key)?;
         run_ok(Command::new("chroot").arg(&root).args(["ssh-keygen", "-A"]))?;
 
-        let log = std::fs::File::create(dir.join(format!("{name}.console.log")))?;
-        // Joining a namespace we built gives no CAP_NET_ADMIN by default; the edge's XDP
-        // filter also needs CAP_BPF/CAP_PERFMON and the bpf() system call.
-        // The namespace is the machine's own, so its net.* sysctls are the roles' to set
-        // (nspawn mounts /proc/sys read-only otherwise).
-        let nspawn = Command::new("setsid")
-            .env("SYSTEMD_NSPAWN_API_VFS_WRITABLE", "network")
-            .arg("systemd-nspawn")
-            .args(["--keep-unit", "--register=no", "--console=read-only", "-b"])
-            .arg(format!("--machine={name}"))
-            .arg("-D")
-            .arg(&root)
-            .arg(format!("--network-namespace-path=/run/netns/{netns}"))
-            .arg("--capability=CAP_NET_ADMIN,CAP_BPF,CAP_PERFMON")
-            .arg("--system-call-filter=bpf perf_event_open")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting systemd-nspawn")?;
+        let _ = std::fs::remove_file(dir.join(format!("{name}.console.log")));
+        let nspawn = start_nspawn(name, netns, &root, dir)?;
         std::fs::write(&pidfile, nspawn.id().to_string())?;
         let mut machine = Machine {
             name: name.to_owned(),
             netns: netns.to_owned(),
             root,
+            dir: dir.to_owned(),
             init: 0,
             nspawn,
         };
+        machine.wait_for_systemd()?;
+        Ok(machine)
+    }
+
+    /// Cuts the machine's power (SIGKILL to nspawn: its init and every process go at
+    /// once, nothing is stopped cleanly) and boots it again on the same disk: /etc and
+    /// /var as they were, /run empty.
+    pub fn power_cut_and_boot(&mut self) -> anyhow::Result<()> {
+        let _ = kill(Pid::from_raw(self.nspawn.id() as i32), Signal::SIGKILL);
+        let _ = self.nspawn.wait();
+        self.nspawn = start_nspawn(&self.name, &self.netns, &self.root, &self.dir)?;
+        std::fs::write(
+            self.dir.join(format!("{}.pid", self.name)),
+            self.nspawn.id().to_string(),
+        )?;
+        self.wait_for_systemd()
+    }
+
+    /// Waits until the machine's systemd runs; "degraded" is fine: a fresh rootfs has
+    /// services the roles configure later.
+    fn wait_for_systemd(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + BOOT_TIMEOUT;
-        machine.init = machine.wait_for_init(deadline)?;
-        // "offline" until systemd's bus is up; "degraded" is fine: a fresh rootfs has
-        // services the roles configure later.
+        self.init = self.wait_for_init(deadline)?;
+        // "offline" until systemd's bus is up.
         loop {
-            let state = machine
+            let state = self
                 .run("systemctl is-system-running --wait")
                 .unwrap_or_else(|e| format!("{e:#}"));
             match state.trim() {
-                "running" | "degraded" => return Ok(machine),
-                state if Instant::now() > deadline => bail!("{name}: systemd is {state}"),
+                "running" | "degraded" => return Ok(()),
+                state if Instant::now() > deadline => bail!("{}: systemd is {state}", self.name),
                 _ => std::thread::sleep(Duration::from_millis(100)),
             }
         }
@@ -198,6 +203,34 @@ fn is_namespace_init(pid: u32) -> bool {
             Some(ids.len() > 1 && ids.last() == Some(&"1"))
         })
         .unwrap_or(false)
+}
+
+/// systemd-nspawn booting the machine at `root` inside `netns`, its console logged
+/// beside the machine.
+fn start_nspawn(name: &str, netns: &str, root: &Path, dir: &Path) -> anyhow::Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{name}.console.log")))?;
+    // Joining a namespace we built gives no CAP_NET_ADMIN by default; the edge's XDP
+    // filter also needs CAP_BPF/CAP_PERFMON and the bpf() system call.
+    // The namespace is the machine's own, so its net.* sysctls are the roles' to set
+    // (nspawn mounts /proc/sys read-only otherwise).
+    Command::new("setsid")
+        .env("SYSTEMD_NSPAWN_API_VFS_WRITABLE", "network")
+        .arg("systemd-nspawn")
+        .args(["--keep-unit", "--register=no", "--console=read-only", "-b"])
+        .arg(format!("--machine={name}"))
+        .arg("-D")
+        .arg(root)
+        .arg(format!("--network-namespace-path=/run/netns/{netns}"))
+        .arg("--capability=CAP_NET_ADMIN,CAP_BPF,CAP_PERFMON")
+        .arg("--system-call-filter=bpf perf_event_open")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting systemd-nspawn")
 }
 
 fn run_ok(command: &mut Command) -> anyhow::Result<()> {

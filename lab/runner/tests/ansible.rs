@@ -13,21 +13,25 @@ use std::time::{Duration, Instant};
 
 use lab::machine::Machine;
 use lab::sender::Outcome;
-use support::{LabCli, MAX_REHASHED_PER_CHANGE, RouterWatch, failures};
+use support::{
+    LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, RouterWatch, VIP, failures, now_ms,
+};
 
 #[test]
 fn ansible_provisions_upgrades_and_refuses_bad_config() {
     ::lab::require_root!("machines booted with systemd-nspawn");
     let fleet = Fleet::prepare();
     let lab = LabCli::up_for_machines("pop-a,pop-b");
-    let machines = fleet.boot();
+    let mut machines = fleet.boot();
 
     provision(&fleet, &lab, &machines);
+    firewall(&machines);
     second_run_changes_nothing(&fleet);
     rolling_deploy(&fleet, &lab, &machines);
     rotate_ticket_keys(&fleet, &lab, &machines);
     operations(&lab, &machines);
     hardening(&lab, &machines);
+    power_cut(&lab, &mut machines[1]);
     bad_config_stops_at_validate(&fleet, &lab, &machines);
     lab.verify_origin_has_every_ack();
 }
@@ -158,6 +162,80 @@ fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     );
 }
 
+/// What each PoP answers, and to whom: the internet (the lab's client) reaches only the
+/// anycast service, the other PoP and the monitoring node reach the management ports, BGP
+/// only the peers; everything else is dropped (no RST) and counted.
+fn firewall(machines: &[Machine]) {
+    let (pop_a, pop_b) = (&machines[0], &machines[1]);
+    let ports = "22 179 443 9100 9180 9181 9182";
+    let from_netns = |netns: &str, host: &str| {
+        run_ok(
+            Command::new("ip")
+                .args(["netns", "exec", netns, "python3", "-c", PORT_SCAN, host])
+                .args(ports.split(' ')),
+        )
+    };
+    let internet_unicast = from_netns("lab-client", POP_A_ADDR);
+    assert_eq!(
+        internet_unicast.trim(),
+        "22:filtered 179:filtered 443:filtered 9100:filtered 9180:filtered 9181:filtered 9182:filtered",
+        "the internet sees nothing on the PoP's own address"
+    );
+    let internet_anycast = from_netns("lab-client", VIP);
+    assert!(
+        internet_anycast.contains("443:open") && internet_anycast.matches(":open").count() == 1,
+        "the internet sees only the webhook port on the anycast address: {internet_anycast}"
+    );
+    let monitoring = from_netns("lab-mon", POP_A_ADDR);
+    for open in ["22:open", "9100:open", "9181:open"] {
+        assert!(
+            monitoring.contains(open),
+            "from the monitoring node: {monitoring}"
+        );
+    }
+    let peer_pop = pop_b
+        .run(&format!(
+            "python3 - {POP_A_ADDR} {ports} <<'PY'\n{PORT_SCAN}\nPY"
+        ))
+        .unwrap();
+    for expected in [
+        "22:open",
+        "9100:open",
+        "9181:open",
+        "179:filtered",
+        "443:filtered",
+    ] {
+        assert!(
+            peer_pop.contains(expected),
+            "from the other PoP: {peer_pop}"
+        );
+    }
+    let dropped: u64 = pop_a
+        .run("nft list counter inet webhook_edge dropped")
+        .unwrap()
+        .split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(dropped >= 7, "the scan's drops were not counted: {dropped}");
+    let rollback = pop_a
+        .run("systemctl is-active webhook-edge-firewall-rollback.timer || true")
+        .unwrap();
+    assert_ne!(
+        rollback.trim(),
+        "active",
+        "the controller's confirmation did not cancel the way back"
+    );
+    println!(
+        "scenario ansible-firewall: from the internet {POP_A_ADDR}: {}; {VIP}: {}; from the monitoring node: {}; from the other PoP: {}; {dropped} packets dropped and counted",
+        internet_unicast.trim(),
+        internet_anycast.trim(),
+        monitoring.trim(),
+        peer_pop.trim()
+    );
+}
+
 /// A second `site.yml` changes nothing.
 fn second_run_changes_nothing(fleet: &Fleet) {
     let run = fleet.playbook("site.yml", &[] as &[&str]);
@@ -237,6 +315,11 @@ fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     let keys = |text: &str| -> Vec<String> { text.lines().map(str::to_owned).collect() };
     let controller = fleet.dir.join("tickets.keys");
     let before = keys(&std::fs::read_to_string(&controller).unwrap());
+    let rotated_after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as f64
+        - 1.0;
     let run = fleet.playbook("rotate-ticket-keys.yml", &fleet.current_package());
     run.assert_ok();
     let after = keys(&std::fs::read_to_string(&controller).unwrap());
@@ -247,6 +330,17 @@ fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         let on_pop = std::fs::read_to_string(machine.path("/etc/edge/tls/tickets.keys")).unwrap();
         assert_eq!(keys(&on_pop), after, "{}", machine.name);
         assert_eq!(machine.unit_state("edge"), "active");
+        let changed = metric(
+            machine,
+            "http://127.0.0.1:9180/metrics",
+            "edge_tls_ticket_keys_changed_timestamp_seconds",
+            "pop=",
+        );
+        assert!(
+            changed >= rotated_after,
+            "{}: the ticket keys' age did not restart with the rotation ({changed} < {rotated_after})",
+            machine.name
+        );
     }
     let outcomes = lab
         .load("ansible-rotate", 50, Duration::from_secs(2))
@@ -498,6 +592,58 @@ fn hardening(lab: &LabCli, machines: &[Machine]) {
         "scenario ansible-hardening: exposure {}; agent admin flood: {flood}, {checks_during} check runs meanwhile; watchdog: {}",
         printed.join(", "),
         watchdog.join("; ")
+    );
+}
+
+/// A power cut on pop-b (BIRD) and the boot after it: BIRD starts from the withdrawn
+/// include file under /run, so the router gets no path via pop-b until its agent has
+/// seen the edge ready for `hold_down` and announced.
+fn power_cut(lab: &LabCli, pop_b: &mut Machine) {
+    lab.wait_next_hops(2, Duration::from_secs(60));
+    let router = RouterWatch::start();
+    let cut_ms = now_ms();
+    pop_b.power_cut_and_boot().unwrap();
+    let booted_ms = now_ms();
+    let back = lab.wait_next_hops(2, Duration::from_secs(90));
+    let log = router.stop();
+    let (path_back_ms, path_gone_ms) = log.first_with_and_without(POP_B_ADDR, cut_ms);
+    assert!(
+        path_gone_ms.is_some(),
+        "pop-b's path never left after the power cut"
+    );
+    let path_back_ms = path_back_ms.expect("pop-b's path came back");
+    let first_unix_ms = |unit: &str, grep: &str| -> u64 {
+        let line = pop_b
+            .run(&format!(
+                "journalctl -b -u {unit} -o short-unix --no-pager | grep -m1 -e '{grep}'"
+            ))
+            .unwrap();
+        let secs: f64 = line
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{unit}: no '{grep}' in this boot's journal: {line}"));
+        (secs * 1000.0) as u64
+    };
+    let bird_started_ms = first_unix_ms("bird", "Started");
+    let announced_ms = first_unix_ms("bgp-agent", "route change.*announce");
+    assert!(
+        path_back_ms >= announced_ms,
+        "the router had pop-b's path {} ms before its agent announced",
+        announced_ms - path_back_ms
+    );
+    assert!(
+        path_back_ms >= bird_started_ms + AGENT_HOLD_DOWN_MS,
+        "BIRD announced {} ms after it started: from a stale include file?",
+        path_back_ms.saturating_sub(bird_started_ms)
+    );
+    println!(
+        "scenario ansible-power-cut: pop-b cut and booted in {:.1} s; BIRD up {:.1} s after the cut, the agent announced {:.1} s after BIRD started, the router's path via pop-b {:.1} s after that; 2 paths {:.1} s after boot",
+        (booted_ms - cut_ms) as f64 / 1e3,
+        bird_started_ms.saturating_sub(cut_ms) as f64 / 1e3,
+        announced_ms.saturating_sub(bird_started_ms) as f64 / 1e3,
+        path_back_ms.saturating_sub(announced_ms) as f64 / 1e3,
+        back.as_secs_f64()
     );
 }
 
@@ -785,6 +931,15 @@ fn run_ok(command: &mut Command) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Prints `port:open|refused|filtered` for each port of argv[2..] on host argv[1], all
+/// at once, one second each.
+const PORT_SCAN: &str = "import socket, sys, concurrent.futures as f
+def probe(port):
+    s = socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)
+    s.settimeout(1)
+    code = s.connect_ex((sys.argv[1], int(port)))
+    return port + ':' + ('open' if code == 0 else 'refused' if code == 111 else 'filtered')
+print(' '.join(f.ThreadPoolExecutor(16).map(probe, sys.argv[2:])))";
 /// `systemd-analyze security` exposure each unit must stay at or under: below
 /// systemd's own daemons for the edge and the agent; edge-xdp needs its capabilities.
 const UNIT_EXPOSURE_LIMITS: [(&str, f64); 3] = [
@@ -795,6 +950,9 @@ const UNIT_EXPOSURE_LIMITS: [(&str, f64); 3] = [
 /// The admin server's header timeout (5 s) after the last of the flood opened, with room
 /// for opening 2,000 connections.
 const HALF_HEAD_CLOSE_BOUND: f64 = 9.0;
+/// `bgp_agent_hold_down` of the role's defaults: the least a rebooted PoP's agent waits
+/// with the edge ready before it announces.
+const AGENT_HOLD_DOWN_MS: u64 = 5000;
 /// `WatchdogSec=` of the agent's unit and of ExaBGP's drop-in.
 const WATCHDOG: Duration = Duration::from_secs(5);
 /// 2,000 connections to the agent's admin that each send half a request head, then a

@@ -498,6 +498,17 @@ impl RouterLog {
             .collect()
     }
 
+    /// The first sample after `after_ms` with `hop` among the next hops, and the first
+    /// one after `after_ms` without it.
+    pub fn first_with_and_without(&self, hop: &str, after_ms: u64) -> (Option<u64>, Option<u64>) {
+        let later = || self.samples.iter().filter(move |(at, _)| *at > after_ms);
+        let has = |hops: &Vec<String>| hops.iter().any(|h| h == hop);
+        (
+            later().find(|(_, hops)| has(hops)).map(|(at, _)| *at),
+            later().find(|(_, hops)| !has(hops)).map(|(at, _)| *at),
+        )
+    }
+
     /// A request that got no answer while the router's ECMP set changed under it: its
     /// packets were hashed to the other PoP mid-connection and reset there.
     pub fn rehashed(&self, outcome: &Outcome) -> bool {
