@@ -1,6 +1,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing::Instrument;
 
@@ -35,6 +36,27 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Make the origin's JetStream stream as the edges expect it (what the controller
+    /// runs, with the origin administrator's identity: a PoP's own user may only
+    /// publish). Prints `created` or `exists` first; an existing stream is left as it is.
+    CreateStream {
+        /// The origin's servers, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        servers: Vec<String>,
+        #[arg(long, default_value = "WEBHOOKS")]
+        stream: String,
+        #[arg(long, default_value_t = 1)]
+        replicas: usize,
+        /// The CA that signed the origin's certificate (TLS is then required).
+        #[arg(long)]
+        ca: Option<PathBuf>,
+        /// A file holding the administrator's nkey seed (`-` for standard input).
+        #[arg(long, conflicts_with = "credentials")]
+        nkey_seed_file: Option<PathBuf>,
+        /// The administrator's NATS credentials file.
+        #[arg(long)]
+        credentials: Option<PathBuf>,
+    },
     /// Print the shed ledger of a spool directory as JSON lines: requests refused by
     /// admission control with the delivery id they claimed (unverified), for
     /// reconciliation (e.g. GitHub's redelivery API).
@@ -64,6 +86,9 @@ enum Command {
 fn main() -> ExitCode {
     edge_kit::logging::init();
     edge_kit::panic::exit_on_panic();
+    // async-nats builds its TLS client from the process's default provider (the edge's
+    // own TLS configs name theirs); with more than one compiled in, it must be chosen.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { config } => match edge::config::load(&config) {
@@ -102,6 +127,23 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::CreateStream {
+            servers,
+            stream,
+            replicas,
+            ca,
+            nkey_seed_file,
+            credentials,
+        } => match create_stream(servers, stream, replicas, ca, nkey_seed_file, credentials) {
+            Ok(summary) => {
+                println!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e:#}");
+                ExitCode::FAILURE
+            }
+        },
         Command::ShedLedger { dir } => match edge::admission::ledger::read(&dir) {
             Ok(entries) => {
                 for entry in entries {
@@ -223,4 +265,40 @@ fn named_json(named: &[(u64, String)]) -> Vec<serde_json::Value> {
         .iter()
         .map(|(seq, id)| serde_json::json!({ "seq": seq, "event_id": id }))
         .collect()
+}
+
+/// `edge create-stream`: NATS settings from the flags (defaults for the rest, as a
+/// config file would have them).
+fn create_stream(
+    servers: Vec<String>,
+    stream: String,
+    replicas: usize,
+    ca: Option<PathBuf>,
+    nkey_seed_file: Option<PathBuf>,
+    credentials: Option<PathBuf>,
+) -> anyhow::Result<String> {
+    let mut settings = serde_json::json!({
+        "servers": servers,
+        "stream": stream,
+        "replicas": replicas,
+        "credentials": credentials,
+    });
+    if let Some(ca) = ca {
+        settings["tls"] = serde_json::json!({ "ca": ca });
+    }
+    if let Some(path) = nkey_seed_file {
+        let seed = if path.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("--nkey-seed-file -")?
+        } else {
+            std::fs::read_to_string(&path)
+                .with_context(|| format!("--nkey-seed-file {}", path.display()))?
+        };
+        settings["nkey"] = serde_json::Value::String(seed.trim().to_owned());
+    }
+    let nats: edge::config::NatsSettings = serde_json::from_value(settings)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(edge::backhaul::create_stream(&nats))
 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 pub use delivery::run;
 pub use metrics::BackhaulMetrics;
+pub use nats::create_stream;
 
 use crate::admission::ledger::ShedShipper;
 use crate::config::{BackhaulSettings, SinkSettings};

@@ -21,6 +21,43 @@ use crate::config::NatsSettings;
 use crate::event::id_of_key;
 use crate::spool::record::Record;
 
+/// Makes the stream as the edges expect it (`edge create-stream`), connecting as
+/// `settings` say (with the origin administrator's identity, not a PoP's: a PoP's user
+/// may only publish). A stream that exists is left as it is. Returns `created …` or
+/// `exists …` with its summary.
+pub async fn create_stream(settings: &NatsSettings) -> anyhow::Result<String> {
+    let client = connect_options(settings)
+        .await?
+        .request_timeout(Some(settings.publish_timeout))
+        .connection_timeout(Duration::from_secs(5))
+        .connect(settings.servers.clone())
+        .await
+        .context("backhaul.nats.servers")?;
+    let jetstream = jetstream::new(client);
+    let (verb, mut stream) = match jetstream.get_stream(&settings.stream).await {
+        Ok(stream) => ("exists", stream),
+        Err(e)
+            if matches!(
+                e.kind(),
+                jetstream::context::GetStreamErrorKind::JetStream(js)
+                    if js.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+            ) =>
+        {
+            let created = jetstream
+                .create_stream(stream_config(settings))
+                .await
+                .with_context(|| format!("creating stream {}", settings.stream))?;
+            ("created", created)
+        }
+        Err(e) => return Err(e).with_context(|| format!("stream {}", settings.stream)),
+    };
+    let info = stream.info().await.context("stream info")?;
+    Ok(format!(
+        "{verb}: stream {}, subjects {:?}, {} replicas, {} messages",
+        info.config.name, info.config.subjects, info.config.num_replicas, info.state.messages
+    ))
+}
+
 pub struct NatsSink {
     client: async_nats::Client,
     jetstream: jetstream::Context,
@@ -43,27 +80,7 @@ impl NatsSink {
         pop: &str,
         metrics: BackhaulMetrics,
     ) -> anyhow::Result<Self> {
-        let mut options = match &settings.credentials {
-            Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
-                .await
-                .with_context(|| format!("backhaul.nats.credentials {}", path.display()))?,
-            None => async_nats::ConnectOptions::new(),
-        };
-        if let Some(token) = &settings.token {
-            options = options.token(token.expose().clone());
-        }
-        if let Some(seed) = &settings.nkey {
-            options = options.nkey(seed.expose().clone());
-        }
-        if let Some(tls) = &settings.tls {
-            options = options.require_tls(true);
-            if let Some(ca) = &tls.ca {
-                options = options.add_root_certificates(ca.clone());
-            }
-            if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
-                options = options.add_client_certificate(cert.clone(), key.clone());
-            }
-        }
+        let options = connect_options(settings).await?;
         let events_metrics = metrics.clone();
         let origin_back = Arc::new(Notify::new());
         let reconnected = Arc::clone(&origin_back);
@@ -201,15 +218,8 @@ impl NatsSink {
         }
         let name = &self.settings.stream;
         let found = if self.settings.create {
-            let config = jetstream::stream::Config {
-                name: name.clone(),
-                subjects: vec!["webhooks.>".into()],
-                duplicate_window: Duration::from_secs(120),
-                num_replicas: self.settings.replicas,
-                ..Default::default()
-            };
             self.jetstream
-                .get_or_create_stream(config)
+                .get_or_create_stream(stream_config(&self.settings))
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())
@@ -284,6 +294,44 @@ fn token(value: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Credentials and TLS as `settings` say: what every connection to the origin starts from.
+async fn connect_options(settings: &NatsSettings) -> anyhow::Result<async_nats::ConnectOptions> {
+    let mut options = match &settings.credentials {
+        Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
+            .await
+            .with_context(|| format!("backhaul.nats.credentials {}", path.display()))?,
+        None => async_nats::ConnectOptions::new(),
+    };
+    if let Some(token) = &settings.token {
+        options = options.token(token.expose().clone());
+    }
+    if let Some(seed) = &settings.nkey {
+        options = options.nkey(seed.expose().clone());
+    }
+    if let Some(tls) = &settings.tls {
+        options = options.require_tls(true);
+        if let Some(ca) = &tls.ca {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let (Some(cert), Some(key)) = (&tls.client_cert, &tls.client_key) {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+    }
+    Ok(options)
+}
+
+/// The stream every PoP publishes into: all `webhooks.>` subjects, duplicates (by
+/// `Nats-Msg-Id`) dropped within two minutes, `replicas` copies.
+fn stream_config(settings: &NatsSettings) -> jetstream::stream::Config {
+    jetstream::stream::Config {
+        name: settings.stream.clone(),
+        subjects: vec!["webhooks.>".into()],
+        duplicate_window: Duration::from_secs(120),
+        num_replicas: settings.replicas,
+        ..Default::default()
+    }
 }
 
 const INITIAL_DIAL_WAIT: Duration = Duration::from_secs(2);
