@@ -56,3 +56,5 @@ macro_rules! require_root {
 }
 
 pub const DEFAULT_STATE_DIR: &str = "/run/webhook-lab";
+/// The lab origin's NATS servers, comma-separated.
+pub const ORIGIN_SERVERS: &str = "nats://10.0.3.2:4222,nats://10.0.3.3:4222,nats://10.0.3.4:4222";

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use lab::origin::OriginAccess;
 use lab::prometheus::Prometheus;
 use lab::runner::Lab;
 use nix::sys::signal;
@@ -63,24 +64,30 @@ enum Command {
     },
     /// Send signed webhooks at a steady rate; one JSON line per outcome on stdout.
     Send(lab::sender::Plan),
-    /// Print every message in the origin's stream as a JSON line (id, pop).
+    /// Print every message in the origin's stream as a JSON line (id, pop), read as the
+    /// origin's administrator.
     Origin {
         /// The origin cluster's servers (any one that answers will do).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "nats://10.0.3.2:4222,nats://10.0.3.3:4222,nats://10.0.3.4:4222"
-        )]
+        #[arg(long, value_delimiter = ',', default_value = lab::ORIGIN_SERVERS)]
         nats: Vec<String>,
         #[arg(long, default_value = "WEBHOOKS")]
         stream: String,
         /// Print the stream's replication (leader, peers) instead, as one JSON line.
         #[arg(long)]
         replication: bool,
+        /// Instead, as the identity of this nkey seed file: look the stream up, publish
+        /// to SUBJECT and try to delete the stream; print what each got, as one JSON line.
+        #[arg(long, value_name = "SUBJECT", requires = "as_seed_file")]
+        probe: Option<String>,
+        #[arg(long)]
+        as_seed_file: Option<PathBuf>,
     },
 }
 
 fn main() -> ExitCode {
+    // async-nats (the origin, over TLS) and reqwest take the process's default TLS
+    // provider; with more than one compiled in, it must be chosen.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     if matches!(cli.command, Command::Status) {
         // `lab status | head` should end quietly, as other CLIs do: Rust ignores SIGPIPE, so
@@ -173,13 +180,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Origin {
             nats,
             stream,
-            replication: true,
+            probe: Some(subject),
+            as_seed_file: Some(seed_file),
+            ..
         } => {
-            let replication = runtime()?.block_on(lab::origin::replication(&nats, &stream))?;
+            let access = OriginAccess {
+                seed_file,
+                ..OriginAccess::admin(&lab_dir(&cli.topology), nats)
+            };
+            let probe = runtime()?.block_on(lab::origin::probe(&access, &stream, &subject))?;
+            println!("{}", serde_json::to_string(&probe)?);
+        }
+        Command::Origin {
+            nats,
+            stream,
+            replication: true,
+            ..
+        } => {
+            let access = OriginAccess::admin(&lab_dir(&cli.topology), nats);
+            let replication = runtime()?.block_on(lab::origin::replication(&access, &stream))?;
             println!("{}", serde_json::to_string(&replication)?);
         }
         Command::Origin { nats, stream, .. } => {
-            let arrivals = runtime()?.block_on(lab::origin::arrivals(&nats, &stream))?;
+            let access = OriginAccess::admin(&lab_dir(&cli.topology), nats);
+            let arrivals = runtime()?.block_on(lab::origin::arrivals(&access, &stream))?;
             let mut out = std::io::stdout().lock();
             for arrival in &arrivals {
                 writeln!(out, "{}", serde_json::to_string(arrival)?)?;
@@ -187,6 +211,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The folder of the topology file: where its nodes' files are.
+fn lab_dir(topology: &std::path::Path) -> PathBuf {
+    topology
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {

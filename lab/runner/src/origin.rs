@@ -1,9 +1,55 @@
 //! What reached the origin: every message in the JetStream stream, by event id
-//! (`Nats-Msg-Id`) and the PoP that delivered it (`Edge-Pop`); and how the stream is
-//! replicated across the origin's cluster.
+//! (`Nats-Msg-Id`) and the PoP that delivered it (`Edge-Pop`); how the stream is
+//! replicated across the origin's cluster; and what a PoP's own identity may not do
+//! there. The lab reaches its origin as production does: TLS (the lab's CA) and an nkey
+//! per user (`lab/origin/`: the lab's own, published with the source).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+
+/// How to reach the origin: its servers, the CA of its certificate, and whose nkey seed.
+#[derive(Clone, Debug)]
+pub struct OriginAccess {
+    pub servers: Vec<String>,
+    pub ca: PathBuf,
+    pub seed_file: PathBuf,
+}
+
+impl OriginAccess {
+    /// The lab's origin as its administrator, with the CA and seed under `lab_dir`.
+    pub fn admin(lab_dir: &Path, servers: Vec<String>) -> Self {
+        Self {
+            servers,
+            ca: lab_dir.join("origin/tls/ca.pem"),
+            seed_file: lab_dir.join("origin/admin.nk"),
+        }
+    }
+
+    async fn connect(&self, request_timeout: Duration) -> anyhow::Result<async_nats::Client> {
+        let seed = std::fs::read_to_string(&self.seed_file)?;
+        Ok(async_nats::ConnectOptions::new()
+            .nkey(seed.trim().to_owned())
+            .require_tls(true)
+            .add_root_certificates(self.ca.clone())
+            .request_timeout(Some(request_timeout))
+            .connect(self.servers.as_slice())
+            .await?)
+    }
+}
+
+/// What one identity could do at the origin.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Probe {
+    /// Looking the stream up (every PoP may).
+    pub stream_info: Result<u64, String>,
+    /// A JetStream publish to the subject asked for.
+    pub publish: Result<u64, String>,
+    /// Deleting the stream.
+    pub delete_stream: Result<bool, String>,
+}
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Arrival {
@@ -29,14 +75,11 @@ pub struct Peer {
     pub lag: u64,
 }
 
-pub async fn replication(servers: &[String], stream: &str) -> anyhow::Result<Replication> {
+pub async fn replication(access: &OriginAccess, stream: &str) -> anyhow::Result<Replication> {
     // Short, so that a caller polling through a leader election sees its end promptly:
     // a request that reached the dead leader waits out this timeout, not the client's
     // 10 s default (the JetStream context's own timeout bounds only publishes).
-    let client = async_nats::ConnectOptions::new()
-        .request_timeout(Some(std::time::Duration::from_secs(1)))
-        .connect(servers)
-        .await?;
+    let client = access.connect(Duration::from_secs(1)).await?;
     let jetstream = async_nats::jetstream::new(client);
     let mut stream = jetstream.get_stream(stream).await?;
     let cluster = stream
@@ -60,9 +103,9 @@ pub async fn replication(servers: &[String], stream: &str) -> anyhow::Result<Rep
     })
 }
 
-pub async fn arrivals(servers: &[String], stream: &str) -> anyhow::Result<Vec<Arrival>> {
+pub async fn arrivals(access: &OriginAccess, stream: &str) -> anyhow::Result<Vec<Arrival>> {
     use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
-    let client = async_nats::connect(servers).await?;
+    let client = access.connect(Duration::from_secs(10)).await?;
     let jetstream = async_nats::jetstream::new(client);
     let mut stream = jetstream.get_stream(stream).await?;
     let total = stream.info().await?.state.messages as usize;
@@ -104,6 +147,36 @@ pub async fn arrivals(servers: &[String], stream: &str) -> anyhow::Result<Vec<Ar
         );
     }
     Ok(arrivals)
+}
+
+/// Tries, as `access`'s identity, to look `stream` up, to publish to `subject` and to
+/// delete `stream`; each answer or refusal as it came.
+pub async fn probe(access: &OriginAccess, stream: &str, subject: &str) -> anyhow::Result<Probe> {
+    let client = access.connect(Duration::from_secs(2)).await?;
+    let mut jetstream = async_nats::jetstream::new(client);
+    jetstream.set_timeout(Duration::from_secs(2));
+    let stream_info = match jetstream.get_stream(stream).await {
+        Ok(mut found) => found
+            .info()
+            .await
+            .map(|info| info.state.messages)
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let publish = match jetstream.publish(subject.to_owned(), "probe".into()).await {
+        Ok(ack) => ack.await.map(|ack| ack.sequence).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let delete_stream = jetstream
+        .delete_stream(stream)
+        .await
+        .map(|status| status.success)
+        .map_err(|e| e.to_string());
+    Ok(Probe {
+        stream_info,
+        publish,
+        delete_stream,
+    })
 }
 
 const BATCH: usize = 1000;

@@ -84,10 +84,34 @@ impl Lab {
                 self.start_service(name, &service)?;
             }
         }
+        self.make_origin_stream(Duration::from_secs(60))?;
         if machines.is_empty() {
             self.wait_for_bgp(Duration::from_secs(60))?;
         }
         Ok(())
+    }
+
+    /// Makes the origin's stream as its administrator (`edge create-stream`, what the
+    /// controller runs in production: the PoPs' users may only publish), once the
+    /// cluster has a quorum.
+    fn make_origin_stream(&self, timeout: Duration) -> anyhow::Result<()> {
+        let command = format!(
+            "{} create-stream --servers {} --stream WEBHOOKS --replicas 3 --ca {} --nkey-seed-file {}",
+            self.bin_dir.join("edge").display(),
+            crate::ORIGIN_SERVERS,
+            self.source_dir.join("origin/tls/ca.pem").display(),
+            self.source_dir.join("origin/admin.nk").display(),
+        );
+        let deadline = Instant::now() + timeout;
+        loop {
+            match netns::run_ok(&namespace("client"), &command) {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e.context("the origin's stream was not made"));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
+            }
+        }
     }
 
     /// Stops every service and removes every namespace and the state directory.

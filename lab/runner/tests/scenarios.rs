@@ -84,6 +84,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("alerts_quiet", alerts_quiet),
     ("reach", |lab| reach(lab, V4)),
     ("reach_v6", |lab| reach(lab, V6)),
+    ("origin_permissions", origin_permissions),
     ("pop_failure", |lab| pop_failure(lab, V4)),
     ("pop_failure_v6", |lab| pop_failure(lab, V6)),
     ("alerts_pop_failure", alerts_pop_failure),
@@ -103,6 +104,49 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("flap", flap),
     ("dashboard", dashboard),
 ];
+
+/// The origin as production runs it: each edge delivers over TLS as its own user, and
+/// that user may look the stream up but not publish as another PoP nor delete the
+/// stream; the edges deliver as before after the tries.
+fn origin_permissions(lab: &LabCli) {
+    let mut report = Vec::new();
+    for (pop, subject) in [
+        ("pop-a", "webhooks.pop-b.github"),
+        ("pop-a", "webhooks.shed.pop-b"),
+        ("pop-b", "webhooks.pop-a.github"),
+    ] {
+        let probe = lab.origin_probe(pop, subject);
+        assert!(
+            probe.stream_info.is_ok(),
+            "{pop} cannot look the stream up: {probe:?}"
+        );
+        assert!(
+            probe.publish.is_err(),
+            "{pop} published to {subject}: {probe:?}"
+        );
+        assert!(
+            !matches!(probe.delete_stream, Ok(true)),
+            "{pop} deleted the stream: {probe:?}"
+        );
+        report.push(format!(
+            "{pop} → {subject}: publish refused ({}), delete refused ({})",
+            probe.publish.unwrap_err(),
+            probe
+                .delete_stream
+                .err()
+                .unwrap_or_else(|| "not deleted".into())
+        ));
+    }
+    let outcomes = lab
+        .load("origin-permissions", 20, Duration::from_secs(2))
+        .finish(lab);
+    lab.assert_all_acked_and_at_origin(&outcomes, Duration::from_secs(20));
+    println!(
+        "scenario origin-permissions: {}; then {} webhooks acked and at the origin over TLS",
+        report.join("; "),
+        outcomes.len()
+    );
+}
 
 /// Runs one check, printing `test NAME ... ok|FAILED` as libtest does.
 fn passes(name: &str, check: impl FnOnce()) -> bool {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lab::origin::{Arrival, Replication};
+use lab::origin::{Arrival, Probe, Replication};
 use lab::prometheus::Alert;
 use lab::sender::Outcome;
 
@@ -237,6 +237,32 @@ impl LabCli {
 
     /// Every message in the origin's stream, or why it could not be read (a cluster
     /// still electing its leaders, say).
+    /// What `pop`'s own origin identity (the nkey in its edge.yaml) may do: look the
+    /// stream up, publish to `subject`, delete the stream.
+    pub fn origin_probe(&self, pop: &str, subject: &str) -> Probe {
+        let config: serde_yaml::Value = serde_yaml::from_str(
+            &std::fs::read_to_string(lab_dir().join(pop).join("edge.yaml")).unwrap(),
+        )
+        .unwrap();
+        let seed = config["backhaul"]["nats"]["nkey"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{pop}/edge.yaml has no backhaul.nats.nkey"));
+        let seed_file = std::env::temp_dir().join(format!("lab-{pop}.nk"));
+        std::fs::write(&seed_file, seed).unwrap();
+        let line = self
+            .try_run(
+                &[
+                    &CLIENT_LAB[..],
+                    &["origin", "--probe", subject, "--as-seed-file"],
+                    &[seed_file.to_str().unwrap()],
+                ]
+                .concat(),
+            )
+            .unwrap();
+        let _ = std::fs::remove_file(&seed_file);
+        serde_json::from_str(line.trim()).unwrap()
+    }
+
     pub fn origin(&self) -> Result<Vec<Arrival>, String> {
         let lines = self.try_run(&[&CLIENT_LAB[..], &["origin"]].concat())?;
         lines
@@ -549,6 +575,11 @@ pub fn url(vip: &str) -> String {
 }
 /// The PoPs' addresses on their links to the router (the router's next hops).
 /// `lab` run inside the client node.
+/// The lab's folder in this checkout.
+fn lab_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 const CLIENT_LAB: [&str; 4] = ["exec", "client", "--", env!("CARGO_BIN_EXE_lab")];
 
 /// The origin's NATS servers: lab services named as the servers name themselves.
