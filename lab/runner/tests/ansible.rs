@@ -523,8 +523,8 @@ fn hardening(lab: &LabCli, machines: &[Machine]) {
         .unwrap();
     let flood = flood.trim().to_owned();
     let checks_during = decided(pop_b) - checks_before;
-    let last_close: f64 = flood
-        .split("the last ")
+    let longest_held: f64 = flood
+        .split("longer than ")
         .nth(1)
         .and_then(|rest| rest.split(' ').next()?.parse().ok())
         .unwrap_or(f64::MAX);
@@ -533,8 +533,8 @@ fn hardening(lab: &LabCli, machines: &[Machine]) {
         "half-head flood: {flood}"
     );
     assert!(
-        last_close <= HALF_HEAD_CLOSE_BOUND,
-        "half-head flood: the last connection was held {last_close} s: {flood}"
+        longest_held <= HALF_HEAD_CLOSE_BOUND,
+        "half-head flood: a connection was held {longest_held} s: {flood}"
     );
     assert!(
         checks_during >= 10.0,
@@ -947,9 +947,9 @@ const UNIT_EXPOSURE_LIMITS: [(&str, f64); 3] = [
     ("bgp-agent.service", 2.5),
     ("edge-xdp.service", 3.5),
 ];
-/// The admin server's header timeout (5 s) after the last of the flood opened, with room
-/// for opening 2,000 connections.
-const HALF_HEAD_CLOSE_BOUND: f64 = 9.0;
+/// The admin server's header timeout (5 s), with room for the flood's own polling of
+/// 2,000 sockets on a busy machine.
+const HALF_HEAD_CLOSE_BOUND: f64 = 7.0;
 /// `bgp_agent_hold_down` of the role's defaults: the least a rebooted PoP's agent waits
 /// with the edge ready before it announces.
 const AGENT_HOLD_DOWN_MS: u64 = 5000;
@@ -961,16 +961,17 @@ const HALF_HEAD_FLOOD: &str = r#"
 import re, socket, time, urllib.request
 host, port = re.search(r"^admin_listen: (\S+):(\d+)", open("/etc/edge/agent.yaml").read(), re.M).groups()
 started = time.monotonic()
-held = []
+held = {}
 for _ in range(2000):
     s = socket.create_connection((host, int(port)))
     s.sendall(b"GET /status HTTP/1.1\r\nHost: pop\r\n")
     s.setblocking(False)
-    held.append(s)
+    held[s] = time.monotonic()
+opened = time.monotonic() - started
 answer = urllib.request.urlopen(f"http://{host}:{port}/status", timeout=3).status
-closed, last = 0, 0.0
-while held and time.monotonic() - started < 15:
-    for s in list(held):
+closed, longest = 0, 0.0
+while held and time.monotonic() - started < 30:
+    for s, since in list(held.items()):
         try:
             if s.recv(4096) == b"":
                 raise ConnectionResetError
@@ -978,12 +979,12 @@ while held and time.monotonic() - started < 15:
             continue
         except OSError:
             pass
-        held.remove(s)
+        longest = max(longest, time.monotonic() - since)
+        del held[s]
         s.close()
         closed += 1
-        last = time.monotonic() - started
     time.sleep(0.05)
-print(f"closed {closed}/2000, the last {last:.1f} s after the first opened; /status answered {answer} beside them")
+print(f"closed {closed}/2000, none held longer than {longest:.1f} s (opening them took {opened:.1f} s); /status answered {answer} beside them")
 "#;
 /// Units every provisioned PoP runs, whatever its speaker.
 const COMMON_UNITS: [&str; 4] = [
@@ -992,8 +993,9 @@ const COMMON_UNITS: [&str; 4] = [
     "prometheus-node-exporter",
     "anycast-addresses",
 ];
-const PLAYBOOKS: [&str; 5] = [
+const PLAYBOOKS: [&str; 6] = [
     "site.yml",
+    "origin-stream.yml",
     "rolling-deploy.yml",
     "drain.yml",
     "undrain.yml",
