@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::{BTreeSet, HashMap};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use lab::dashboard::{Dashboard, instantiate};
@@ -91,6 +91,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("drain", drain),
     ("degrade", degrade),
     ("agent_crash", agent_crash),
+    ("guard", guard),
     ("link_failure_hold_timer", |lab| {
         link_failure(lab, "pop-a", "the BGP hold timer (3 s)")
     }),
@@ -104,6 +105,108 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("flap", flap),
     ("dashboard", dashboard),
 ];
+
+/// The peer guard cannot be turned against the fleet: with pop-b's agent admin flooded
+/// by 2,000 half-sent request heads from the attacker, pop-a's failing edge is withdrawn
+/// as fast as without the flood (pop-b still answers); and when pop-b is really
+/// withdrawn, pop-a's failure is vetoed (the last PoP stays announced), visible in its
+/// `/status` and counted.
+fn guard(lab: &LabCli) {
+    let metric = |name: &str| -> f64 {
+        lab.run(&[
+            "exec",
+            "client",
+            "--",
+            "curl",
+            "-s",
+            "http://10.0.1.2:9181/metrics",
+        ])
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+    };
+    let flood = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            "lab-attacker",
+            "python3",
+            "-c",
+            HALF_HEAD_FLOOD,
+            POP_B_ADDR,
+            "9181",
+            "2000",
+            "8",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    lab.run(&["stop", "pop-a", "edge", "--kill"]);
+    let withdrawn = lab.wait_next_hops_exactly(&[POP_B_ADDR], Duration::from_secs(5));
+    let unknown = metric("bgp_agent_guard_peers_unknown");
+    let flood = String::from_utf8(flood.wait_with_output().unwrap().stdout).unwrap();
+    assert!(
+        withdrawn < Duration::from_secs(3),
+        "pop-a withdrawn {withdrawn:?} after its edge died while pop-b's admin was flooded"
+    );
+    assert_eq!(
+        unknown, 0.0,
+        "pop-b's agent did not answer the guard under the flood"
+    );
+    lab.run(&["start", "pop-a", "edge"]);
+    lab.wait_next_hops(2, Duration::from_secs(30));
+
+    let vetoes_before = metric("bgp_agent_guard_blocked_total");
+    lab.run(&["stop", "pop-b", "edge", "--kill"]);
+    lab.wait_next_hops_exactly(&[POP_A_ADDR], Duration::from_secs(5));
+    lab.run(&["stop", "pop-a", "edge", "--kill"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let status: serde_json::Value = serde_json::from_str(&lab.run(&[
+        "exec",
+        "client",
+        "--",
+        "curl",
+        "-s",
+        "http://10.0.1.2:9181/status",
+    ]))
+    .unwrap();
+    let hops = router_next_hops();
+    let vetoes = metric("bgp_agent_guard_blocked_total") - vetoes_before;
+    lab.run(&["start", "pop-b", "edge"]);
+    lab.run(&["start", "pop-a", "edge"]);
+    lab.wait_next_hops(2, Duration::from_secs(30));
+    assert_eq!(hops, [POP_A_ADDR], "the last PoP was withdrawn");
+    assert_eq!(status["guard_vetoing"], true, "{status}");
+    assert!(vetoes >= 1.0, "no veto counted");
+    println!(
+        "scenario guard: pop-b's admin flooded ({}): pop-a withdrawn {} ms after its edge died, 0 peers unknown; pop-b withdrawn, then pop-a's edge killed: pop-a stays announced, /status guard_vetoing=true, {vetoes} vetoes counted",
+        flood.trim(),
+        withdrawn.as_millis()
+    );
+}
+
+/// argv: host port count seconds. Opens `count` connections that each send half a
+/// request head, holds them `seconds`, and says how many the server had closed by then.
+const HALF_HEAD_FLOOD: &str = "import socket, sys, time
+host, port, count, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+held = []
+for _ in range(count):
+    s = socket.create_connection((host, port))
+    s.sendall(b'GET /status HTTP/1.1\\r\\nHost: pop\\r\\n')
+    s.setblocking(False)
+    held.append(s)
+time.sleep(hold)
+closed = 0
+for s in held:
+    try:
+        closed += s.recv(1) == b''
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed += 1
+print(f'{count} half-sent heads held {hold:.0f} s, {closed} closed by the server')";
 
 /// The origin as production runs it: each edge delivers over TLS as its own user, and
 /// that user may look the stream up but not publish as another PoP nor delete the
