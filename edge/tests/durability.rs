@@ -438,7 +438,12 @@ fn backhaul(nats: &Nats) -> String {
 /// How many times each webhook's event id is in the stream.
 async fn origin_counts(nats: &Nats) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
-    if let Ok(arrivals) = lab::origin::arrivals(&[nats.url()], "WEBHOOKS").await {
+    if let Ok(arrivals) = lab::origin::arrivals(
+        &lab::origin::OriginAccess::open(vec![nats.url()]),
+        "WEBHOOKS",
+    )
+    .await
+    {
         // Shed-ledger summaries share the stream and carry no event id.
         for arrival in arrivals.into_iter().filter(|a| !a.id.is_empty()) {
             *counts.entry(arrival.id).or_default() += 1;

@@ -185,7 +185,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ..
         } => {
             let access = OriginAccess {
-                seed_file,
+                seed_file: Some(seed_file),
                 ..OriginAccess::admin(&lab_dir(&cli.topology), nats)
             };
             let probe = runtime()?.block_on(lab::origin::probe(&access, &stream, &subject))?;

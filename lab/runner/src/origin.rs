@@ -10,12 +10,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-/// How to reach the origin: its servers, the CA of its certificate, and whose nkey seed.
+/// How to reach an origin: its servers, the CA of its certificate (TLS then required),
+/// and whose nkey seed.
 #[derive(Clone, Debug)]
 pub struct OriginAccess {
     pub servers: Vec<String>,
-    pub ca: PathBuf,
-    pub seed_file: PathBuf,
+    pub ca: Option<PathBuf>,
+    pub seed_file: Option<PathBuf>,
 }
 
 impl OriginAccess {
@@ -23,20 +24,29 @@ impl OriginAccess {
     pub fn admin(lab_dir: &Path, servers: Vec<String>) -> Self {
         Self {
             servers,
-            ca: lab_dir.join("origin/tls/ca.pem"),
-            seed_file: lab_dir.join("origin/admin.nk"),
+            ca: Some(lab_dir.join("origin/tls/ca.pem")),
+            seed_file: Some(lab_dir.join("origin/admin.nk")),
+        }
+    }
+
+    /// A test's own NATS server: plain, anyone may do anything.
+    pub fn open(servers: Vec<String>) -> Self {
+        Self {
+            servers,
+            ca: None,
+            seed_file: None,
         }
     }
 
     async fn connect(&self, request_timeout: Duration) -> anyhow::Result<async_nats::Client> {
-        let seed = std::fs::read_to_string(&self.seed_file)?;
-        Ok(async_nats::ConnectOptions::new()
-            .nkey(seed.trim().to_owned())
-            .require_tls(true)
-            .add_root_certificates(self.ca.clone())
-            .request_timeout(Some(request_timeout))
-            .connect(self.servers.as_slice())
-            .await?)
+        let mut options = async_nats::ConnectOptions::new().request_timeout(Some(request_timeout));
+        if let Some(path) = &self.seed_file {
+            options = options.nkey(std::fs::read_to_string(path)?.trim().to_owned());
+        }
+        if let Some(ca) = &self.ca {
+            options = options.require_tls(true).add_root_certificates(ca.clone());
+        }
+        Ok(options.connect(self.servers.as_slice()).await?)
     }
 }
 
