@@ -74,12 +74,15 @@ impl Machine {
         Ok(machine)
     }
 
-    /// Cuts the machine's power (SIGKILL to nspawn: its init and every process go at
-    /// once, nothing is stopped cleanly) and boots it again on the same disk: /etc and
-    /// /var as they were, /run empty.
+    /// Cuts the machine's power (SIGKILL to its init, PID 1 of its PID namespace: every
+    /// process in it goes at once, nothing is stopped cleanly, and nspawn exits) and
+    /// boots it again on the same disk: /etc and /var as they were, /run empty.
     pub fn power_cut_and_boot(&mut self) -> anyhow::Result<()> {
-        let _ = kill(Pid::from_raw(self.nspawn.id() as i32), Signal::SIGKILL);
-        let _ = self.nspawn.wait();
+        let _ = kill(Pid::from_raw(self.init as i32), Signal::SIGKILL);
+        let nspawn = &mut self.nspawn;
+        let pid = nspawn.id() as i32;
+        stop(pid, || nspawn.try_wait().ok().flatten().is_some());
+        let _ = nspawn.wait();
         self.nspawn = start_nspawn(&self.name, &self.netns, &self.root, &self.dir)?;
         std::fs::write(
             self.dir.join(format!("{}.pid", self.name)),

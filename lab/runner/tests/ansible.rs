@@ -454,15 +454,7 @@ fn operations(lab: &LabCli, machines: &[Machine]) {
             router.changes().len()
         );
         let failed = failed.len();
-        let started = Instant::now();
-        while main_pid(machine, unit) == pid || machine.unit_state(unit) != "active" {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "{unit} on {} did not come back",
-                machine.name
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_restarted(machine, unit, &pid);
         let back = lab.wait_next_hops(2, Duration::from_secs(60));
         // Only the edge's own death can fail requests: those in flight on it, and new
         // ones until the agent's checks fail and the route leaves (~0.3 s at 50/s).
@@ -556,15 +548,7 @@ fn hardening(lab: &LabCli, machines: &[Machine]) {
         let withdrawn = lab.wait_next_hops(1, WATCHDOG + Duration::from_secs(1));
         let outcomes = load.finish(lab);
         let router = router.stop();
-        let started = Instant::now();
-        while main_pid(machine, unit) == unit_pid || machine.unit_state(unit) != "active" {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "{unit} on {} did not come back after the watchdog",
-                machine.name
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_restarted(machine, unit, &unit_pid);
         let back = lab.wait_next_hops(2, Duration::from_secs(60));
         let (rehashed, failed): (Vec<&Outcome>, Vec<&Outcome>) = outcomes
             .iter()
@@ -654,6 +638,19 @@ fn exposure(report: &str, unit: &str) -> f64 {
         .find(|l| l.contains(&format!("Overall exposure level for {unit}:")))
         .and_then(|l| l.split(": ").nth(1)?.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no exposure level for {unit}:\n{report}"))
+}
+
+/// Waits (up to 20 s) until systemd runs `unit` again under a PID other than `old_pid`.
+fn wait_restarted(machine: &Machine, unit: &str, old_pid: &str) {
+    let started = Instant::now();
+    while main_pid(machine, unit) == old_pid || machine.unit_state(unit) != "active" {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{unit} on {} did not come back",
+            machine.name
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn main_pid(machine: &Machine, unit: &str) -> String {
