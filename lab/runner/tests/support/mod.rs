@@ -524,15 +524,21 @@ impl RouterLog {
             .collect()
     }
 
-    /// The first sample after `after_ms` with `hop` among the next hops, and the first
-    /// one after `after_ms` without it.
-    pub fn first_with_and_without(&self, hop: &str, after_ms: u64) -> (Option<u64>, Option<u64>) {
-        let later = || self.samples.iter().filter(move |(at, _)| *at > after_ms);
-        let has = |hops: &Vec<String>| hops.iter().any(|h| h == hop);
-        (
-            later().find(|(_, hops)| has(hops)).map(|(at, _)| *at),
-            later().find(|(_, hops)| !has(hops)).map(|(at, _)| *at),
-        )
+    /// When the first sample after `after_ms` had `hop` among the next hops.
+    pub fn first_with(&self, hop: &str, after_ms: u64) -> Option<u64> {
+        self.first_after(after_ms, |hops| hops.iter().any(|h| h == hop))
+    }
+
+    /// When the first sample after `after_ms` did not have `hop` among the next hops.
+    pub fn first_without(&self, hop: &str, after_ms: u64) -> Option<u64> {
+        self.first_after(after_ms, |hops| hops.iter().all(|h| h != hop))
+    }
+
+    fn first_after(&self, after_ms: u64, matches: impl Fn(&[String]) -> bool) -> Option<u64> {
+        self.samples
+            .iter()
+            .find(|(at, hops)| *at > after_ms && matches(hops))
+            .map(|(at, _)| *at)
     }
 
     /// A request that got no answer while the router's ECMP set changed under it: its
