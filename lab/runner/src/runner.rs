@@ -84,7 +84,7 @@ impl Lab {
                 self.start_service(name, &service)?;
             }
         }
-        self.make_origin_stream(Duration::from_secs(60))?;
+        self.make_origin_stream(Duration::from_secs(120))?;
         if machines.is_empty() {
             self.wait_for_bgp(Duration::from_secs(60))?;
         }
@@ -107,7 +107,23 @@ impl Lab {
             match netns::run_ok(&namespace("client"), &command) {
                 Ok(_) => return Ok(()),
                 Err(e) if Instant::now() > deadline => {
-                    return Err(e.context("the origin's stream was not made"));
+                    let logs = self.state_dir.join("origin/logs");
+                    let tails: Vec<String> = ["nats-1", "nats-2", "nats-3"]
+                        .iter()
+                        .map(|server| {
+                            let log = std::fs::read_to_string(logs.join(format!("{server}.log")))
+                                .unwrap_or_default();
+                            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                            format!(
+                                "{server}:\n{}",
+                                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                            )
+                        })
+                        .collect();
+                    return Err(e.context(format!(
+                        "the origin's stream was not made in {timeout:?}; the servers' last lines:\n{}",
+                        tails.join("\n")
+                    )));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(500)),
             }
