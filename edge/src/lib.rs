@@ -15,7 +15,6 @@ pub mod conn_limits;
 pub mod deadline_io;
 pub mod event;
 pub mod http;
-pub mod log_throttle;
 pub mod metrics;
 pub mod reload;
 pub mod run;

@@ -47,8 +47,8 @@ pub struct Server {
     pub deadlines: crate::deadline_io::Deadlines,
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
-    pub refusal_log: crate::log_throttle::LogThrottle,
-    pub eviction_log: crate::log_throttle::LogThrottle,
+    pub refusal_log: edge_kit::log_throttle::LogThrottle,
+    pub eviction_log: edge_kit::log_throttle::LogThrottle,
     /// An HTTP/2 connection with no stream open this long is closed.
     h2_idle: Duration,
     /// What the connection table's idle times are measured from.

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod clock;
 pub mod config_file;
+pub mod log_throttle;
 pub mod logging;
 pub mod metrics;
 pub mod panic;

@@ -30,11 +30,11 @@ pub struct App {
     /// rest of the body discarded) rather than hyper closing the connection on it.
     pub max_header_bytes: usize,
     pub max_headers: usize,
-    pub slow_body_log: crate::log_throttle::LogThrottle,
-    pub too_early_log: crate::log_throttle::LogThrottle,
-    pub shed_log: crate::log_throttle::LogThrottle,
-    pub head_log: crate::log_throttle::LogThrottle,
-    pub verify_log: crate::log_throttle::LogThrottle,
+    pub slow_body_log: edge_kit::log_throttle::LogThrottle,
+    pub too_early_log: edge_kit::log_throttle::LogThrottle,
+    pub shed_log: edge_kit::log_throttle::LogThrottle,
+    pub head_log: edge_kit::log_throttle::LogThrottle,
+    pub verify_log: edge_kit::log_throttle::LogThrottle,
     /// Lives across reloads: the adaptive limit and the queue are the process's.
     pub admission: Arc<Admission>,
     pub spool: Arc<Spool>,

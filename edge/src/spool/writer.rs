@@ -26,7 +26,7 @@ use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
 use super::spare::{self, Spare};
 use super::{AppendError, Appended, NewEvent, Shared, checkpoint, reserve};
 use crate::config::SpoolSettings;
-use crate::log_throttle::LogThrottle;
+use edge_kit::log_throttle::LogThrottle;
 
 pub(super) enum Command {
     Append(NewEvent, oneshot::Sender<Result<Appended, AppendError>>),

@@ -10,8 +10,9 @@ pub struct LogThrottle {
 }
 
 impl LogThrottle {
+    /// Whether a line may go out now: true for the first call in each second.
     pub fn allow(&self) -> bool {
-        let now = edge_kit::clock::unix_ms() / 1000;
+        let now = crate::clock::unix_ms() / 1000;
         self.last_second.swap(now, Ordering::Relaxed) != now
     }
 }
