@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -25,6 +25,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
+use crate::log_throttle::LogThrottle;
 use crate::metrics::Reason;
 
 /// One answer of the admin server.
@@ -94,7 +95,7 @@ where
 {
     let answer = Arc::new(answer);
     let slots = Arc::new(Slots::default());
-    let closes = Arc::new(CloseLog::default());
+    let close_log = Arc::new(LogThrottle::default());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -119,7 +120,7 @@ where
         }
         let answer = Arc::clone(&answer);
         let slots = Arc::clone(&slots);
-        let closes = Arc::clone(&closes);
+        let close_log = Arc::clone(&close_log);
         let metrics = metrics.clone();
         let builder = builder.clone();
         tokio::spawn(async move {
@@ -140,7 +141,12 @@ where
             slots.give_back(id);
             if let Some(reason) = closed_for {
                 metrics.closed(reason);
-                closes.note(reason);
+                if close_log.allow() {
+                    tracing::warn!(
+                        reason,
+                        "admin connection closed for a limit (each one counted in admin_connections_closed_total)"
+                    );
+                }
             }
         });
     }
@@ -199,30 +205,6 @@ impl Slots {
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Arc<Notify>)>> {
         // Plain data: consistent whatever a panicking holder did.
         self.open.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// One log line a second at most for closes under a limit: a flood must not become a
-/// flood of log lines.
-#[derive(Default)]
-struct CloseLog {
-    state: Mutex<(Option<Instant>, u64)>,
-}
-
-impl CloseLog {
-    fn note(&self, reason: &'static str) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (last, unlogged) = &mut *state;
-        *unlogged += 1;
-        if last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
-            tracing::warn!(
-                reason,
-                closed = *unlogged,
-                "admin connections closed for a limit since the last such line"
-            );
-            *last = Some(Instant::now());
-            *unlogged = 0;
-        }
     }
 }
 
