@@ -588,6 +588,25 @@ fn power_cut(lab: &LabCli, pop_b: &mut Machine) {
     let cut_ms = now_ms();
     pop_b.power_cut_and_boot().unwrap();
     let booted_ms = now_ms();
+    // The machine boots faster than BFD notices the old BIRD is gone: two paths right
+    // after the boot may still be the old one. Wait for the new agent's announce first.
+    let started = Instant::now();
+    while !pop_b
+        .run(&format!(
+            "journalctl -u bgp-agent --since @{} --no-pager | grep -c 'route change.*announce' || true",
+            cut_ms / 1000
+        ))
+        .unwrap()
+        .trim()
+        .parse::<u32>()
+        .is_ok_and(|announces| announces > 0)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "pop-b's agent never announced after the power cut"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let back = lab.wait_next_hops(2, Duration::from_secs(90));
     let log = router.stop();
     let path_gone_ms = log
