@@ -276,6 +276,7 @@ fn backhaul_settings(nats: &NatsServer) -> BackhaulSettings {
             create: false,
             replicas: 1,
             subject: "webhooks.{pop}.{route}".into(),
+            inbox_prefix: "_INBOX.{pop}".into(),
             credentials: None,
             token: None,
             nkey: None,

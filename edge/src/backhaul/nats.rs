@@ -86,6 +86,7 @@ impl NatsSink {
         let reconnected = Arc::clone(&origin_back);
         let client = options
             .name(format!("edge-{pop}"))
+            .custom_inbox_prefix(settings.inbox_prefix.replace("{pop}", &token(pop)))
             .ping_interval(Duration::from_secs(10))
             .connection_timeout(Duration::from_secs(5))
             // Bounds the stream look-up as publishes are bounded: async-nats' 10 s

@@ -52,6 +52,11 @@ pub struct NatsSettings {
     /// `{pop}` and `{route}` are replaced. Default `webhooks.{pop}.{route}`.
     #[serde(default = "NatsSettings::default_subject")]
     pub subject: String,
+    /// Prefix of the inboxes PubAcks come back to; `{pop}` is replaced. Default
+    /// `_INBOX.{pop}`: the origin can then let each PoP read only its own replies
+    /// (`subscribe: _INBOX.<pop>.>`), not every PoP's.
+    #[serde(default = "NatsSettings::default_inbox_prefix")]
+    pub inbox_prefix: String,
     pub credentials: Option<PathBuf>,
     pub token: Option<Secret<String>>,
     pub nkey: Option<Secret<String>>,
@@ -195,6 +200,10 @@ impl NatsSettings {
         "webhooks.{pop}.{route}".into()
     }
 
+    fn default_inbox_prefix() -> String {
+        "_INBOX.{pop}".into()
+    }
+
     fn default_reconnect_max() -> Duration {
         Duration::from_secs(2)
     }
@@ -209,6 +218,12 @@ impl NatsSettings {
         }
         if self.stream.is_empty() {
             errors.add("backhaul.nats.stream", "must not be empty");
+        }
+        if !is_literal_subject(&self.inbox_prefix) {
+            errors.add(
+                "backhaul.nats.inbox_prefix",
+                "must be a subject without wildcards, spaces or empty tokens",
+            );
         }
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
             errors.add(
@@ -239,6 +254,16 @@ impl NatsSettings {
 
 fn default_publish_timeout() -> Duration {
     Duration::from_secs(5)
+}
+
+/// A NATS subject that names one subject, not a pattern.
+fn is_literal_subject(subject: &str) -> bool {
+    subject.split('.').all(|token| {
+        !token.is_empty()
+            && !token
+                .chars()
+                .any(|c| c == '*' || c == '>' || c.is_whitespace())
+    })
 }
 
 const DEFAULT_MAX_IN_FLIGHT: usize = 256;

@@ -271,6 +271,28 @@ routes:
     }
 
     #[test]
+    fn each_pop_reads_replies_in_an_inbox_of_its_own() {
+        let with = |prefix: &str| {
+            format!(
+                "{GOOD}backhaul:\n  sink: nats\n  nats: {{ servers: [\"nats://127.0.0.1:4222\"], stream: S{prefix} }}\n"
+            )
+        };
+        let prefix = |text: &str| match parse(text).unwrap().backhaul.unwrap().sink {
+            SinkSettings::Nats(nats) => nats.inbox_prefix,
+            SinkSettings::Http(_) => unreachable!("a nats sink"),
+        };
+        assert_eq!(prefix(&with("")), "_INBOX.{pop}");
+        assert_eq!(prefix(&with(", inbox_prefix: _R.fra1")), "_R.fra1");
+        for bad in ["_INBOX.>", "_INBOX.*.x", "_INBOX..x", "_INBOX.", "a b", ""] {
+            let errors = errors_of(&with(&format!(", inbox_prefix: \"{bad}\"")));
+            assert_eq!(
+                errors[0].0, "backhaul.nats.inbox_prefix",
+                "{bad}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
     fn the_documented_shape_parses() {
         let s = parse(GOOD).unwrap();
         assert_eq!(s.pop, "fra1");
