@@ -75,12 +75,18 @@ enum Command {
         /// Print the stream's replication (leader, peers) instead, as one JSON line.
         #[arg(long)]
         replication: bool,
-        /// Instead, as the identity of this nkey seed file: look the stream up, publish
-        /// to SUBJECT and try to delete the stream; print what each got, as one JSON line.
-        #[arg(long, value_name = "SUBJECT", requires = "as_seed_file")]
+        /// Instead, as the identity of this nkey seed file with replies in the inbox
+        /// `--as-inbox`: look the stream up, publish to SUBJECT, try to delete the
+        /// stream, and read what the administrator sends to its own inbox and to
+        /// `--peek-inbox`; print what each got, as one JSON line.
+        #[arg(long, value_name = "SUBJECT", requires_all = ["as_seed_file", "as_inbox", "peek_inbox"])]
         probe: Option<String>,
         #[arg(long)]
         as_seed_file: Option<PathBuf>,
+        #[arg(long, value_name = "PREFIX")]
+        as_inbox: Option<String>,
+        #[arg(long, value_name = "PREFIX")]
+        peek_inbox: Option<String>,
     },
 }
 
@@ -182,13 +188,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             stream,
             probe: Some(subject),
             as_seed_file: Some(seed_file),
+            as_inbox,
+            peek_inbox: Some(peek_inbox),
             ..
         } => {
+            let admin = OriginAccess::admin(&lab_dir(&cli.topology), nats);
             let access = OriginAccess {
                 seed_file: Some(seed_file),
-                ..OriginAccess::admin(&lab_dir(&cli.topology), nats)
+                inbox_prefix: as_inbox,
+                ..admin.clone()
             };
-            let probe = runtime()?.block_on(lab::origin::probe(&access, &stream, &subject))?;
+            let probe = runtime()?.block_on(lab::origin::probe(
+                &access,
+                &admin,
+                &stream,
+                &subject,
+                &peek_inbox,
+            ))?;
             println!("{}", serde_json::to_string(&probe)?);
         }
         Command::Origin {

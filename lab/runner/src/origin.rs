@@ -11,12 +11,14 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 /// How to reach an origin: its servers, the CA of its certificate (TLS then required),
-/// and whose nkey seed.
+/// whose nkey seed, and where its replies come (a PoP's own inbox; NATS's `_INBOX`
+/// when `None`).
 #[derive(Clone, Debug)]
 pub struct OriginAccess {
     pub servers: Vec<String>,
     pub ca: Option<PathBuf>,
     pub seed_file: Option<PathBuf>,
+    pub inbox_prefix: Option<String>,
 }
 
 impl OriginAccess {
@@ -26,6 +28,7 @@ impl OriginAccess {
             servers,
             ca: Some(lab_dir.join("origin/tls/ca.pem")),
             seed_file: Some(lab_dir.join("origin/admin.nk")),
+            inbox_prefix: None,
         }
     }
 
@@ -35,6 +38,7 @@ impl OriginAccess {
             servers,
             ca: None,
             seed_file: None,
+            inbox_prefix: None,
         }
     }
 
@@ -45,6 +49,9 @@ impl OriginAccess {
         }
         if let Some(ca) = &self.ca {
             options = options.require_tls(true).add_root_certificates(ca.clone());
+        }
+        if let Some(prefix) = &self.inbox_prefix {
+            options = options.custom_inbox_prefix(prefix);
         }
         Ok(options.connect(self.servers.as_slice()).await?)
     }
@@ -59,6 +66,11 @@ pub struct Probe {
     pub publish: Result<u64, String>,
     /// Deleting the stream.
     pub delete_stream: Result<bool, String>,
+    /// A message the administrator sends into the identity's own inbox reached it.
+    pub reads_own_inbox: bool,
+    /// A message the administrator sends into another inbox (another PoP's PubAcks)
+    /// reached it.
+    pub reads_other_inbox: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -159,10 +171,21 @@ pub async fn arrivals(access: &OriginAccess, stream: &str) -> anyhow::Result<Vec
     Ok(arrivals)
 }
 
-/// Tries, as `access`'s identity, to look `stream` up, to publish to `subject` and to
-/// delete `stream`; each answer or refusal as it came.
-pub async fn probe(access: &OriginAccess, stream: &str, subject: &str) -> anyhow::Result<Probe> {
+/// Tries, as `access`'s identity, to look `stream` up, to publish to `subject`, to
+/// delete `stream`, and to read what `admin` sends into its own inbox and into
+/// `other_inbox`; each answer or refusal as it came.
+pub async fn probe(
+    access: &OriginAccess,
+    admin: &OriginAccess,
+    stream: &str,
+    subject: &str,
+    other_inbox: &str,
+) -> anyhow::Result<Probe> {
     let client = access.connect(Duration::from_secs(2)).await?;
+    let admin = admin.connect(Duration::from_secs(2)).await?;
+    let own_inbox = access.inbox_prefix.as_deref().unwrap_or("_INBOX");
+    let reads_own_inbox = receives(&client, &admin, &format!("{own_inbox}.probe")).await?;
+    let reads_other_inbox = receives(&client, &admin, &format!("{other_inbox}.probe")).await?;
     let mut jetstream = async_nats::jetstream::new(client);
     jetstream.set_timeout(Duration::from_secs(2));
     let stream_info = match jetstream.get_stream(stream).await {
@@ -186,7 +209,34 @@ pub async fn probe(access: &OriginAccess, stream: &str, subject: &str) -> anyhow
         stream_info,
         publish,
         delete_stream,
+        reads_own_inbox,
+        reads_other_inbox,
     })
 }
 
+/// Whether `reader`, subscribed to `subject`, gets what `admin` then sends there. A
+/// subscription the origin refuses is dropped by the server, so nothing arrives. The
+/// administrator sends again every few milliseconds until it arrives or `INBOX_WAIT`
+/// ends: the reader's interest reaches the other servers of the cluster a little later.
+async fn receives(
+    reader: &async_nats::Client,
+    admin: &async_nats::Client,
+    subject: &str,
+) -> anyhow::Result<bool> {
+    let mut subscription = reader.subscribe(subject.to_owned()).await?;
+    reader.flush().await?;
+    let deadline = tokio::time::Instant::now() + INBOX_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        admin.publish(subject.to_owned(), "probe".into()).await?;
+        admin.flush().await?;
+        if let Ok(arrived) = tokio::time::timeout(INBOX_RESEND, subscription.next()).await {
+            return Ok(arrived.is_some());
+        }
+    }
+    Ok(false)
+}
+
 const BATCH: usize = 1000;
+/// How long a probe waits for the administrator's message, and how often it is sent.
+const INBOX_WAIT: Duration = Duration::from_secs(3);
+const INBOX_RESEND: Duration = Duration::from_millis(50);

@@ -213,12 +213,12 @@ print(f'{count} half-sent heads held {hold:.0f} s, {closed} closed by the server
 /// stream; the edges deliver as before after the tries.
 fn origin_permissions(lab: &LabCli) {
     let mut report = Vec::new();
-    for (pop, subject) in [
-        ("pop-a", "webhooks.pop-b.github"),
-        ("pop-a", "webhooks.shed.pop-b"),
-        ("pop-b", "webhooks.pop-a.github"),
+    for (pop, subject, other) in [
+        ("pop-a", "webhooks.pop-b.github", "pop-b"),
+        ("pop-a", "webhooks.shed.pop-b", "pop-b"),
+        ("pop-b", "webhooks.pop-a.github", "pop-a"),
     ] {
-        let probe = lab.origin_probe(pop, subject);
+        let probe = lab.origin_probe(pop, subject, other);
         assert!(
             probe.stream_info.is_ok(),
             "{pop} cannot look the stream up: {probe:?}"
@@ -231,8 +231,16 @@ fn origin_permissions(lab: &LabCli) {
             !matches!(probe.delete_stream, Ok(true)),
             "{pop} deleted the stream: {probe:?}"
         );
+        assert!(
+            probe.reads_own_inbox,
+            "{pop} cannot read its replies: {probe:?}"
+        );
+        assert!(
+            !probe.reads_other_inbox,
+            "{pop} read {other}'s replies: {probe:?}"
+        );
         report.push(format!(
-            "{pop} → {subject}: publish refused ({}), delete refused ({})",
+            "{pop} → {subject}: publish refused ({}), delete refused ({}), {other}'s inbox unreadable",
             probe.publish.unwrap_err(),
             probe
                 .delete_stream

@@ -239,7 +239,7 @@ impl LabCli {
     /// still electing its leaders, say).
     /// What `pop`'s own origin identity (the nkey in its edge.yaml) may do: look the
     /// stream up, publish to `subject`, delete the stream.
-    pub fn origin_probe(&self, pop: &str, subject: &str) -> Probe {
+    pub fn origin_probe(&self, pop: &str, subject: &str, other_pop: &str) -> Probe {
         let config: serde_yaml::Value = serde_yaml::from_str(
             &std::fs::read_to_string(lab_dir().join(pop).join("edge.yaml")).unwrap(),
         )
@@ -255,6 +255,8 @@ impl LabCli {
                     &CLIENT_LAB[..],
                     &["origin", "--probe", subject, "--as-seed-file"],
                     &[seed_file.to_str().unwrap()],
+                    &["--as-inbox", &format!("_INBOX.{pop}")],
+                    &["--peek-inbox", &format!("_INBOX.{other_pop}")],
                 ]
                 .concat(),
             )
