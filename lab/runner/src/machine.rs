@@ -1,6 +1,6 @@
 //! PoP machines for the Ansible test: Debian booted by systemd-nspawn inside a lab
 //! node's network namespace, so the lab's router, origin and client are its upstream and
-//! its senders. Ansible reaches a machine over ssh (`ssh_proxy`); the test looks inside
+//! its senders. Ansible reaches a machine over ssh across the lab; the test looks inside
 //! with `run` (nsenter into the booted system: systemctl, journalctl, curl).
 //!
 //! Our hosts' PID 1 is not systemd, so nothing registers with machined: the machine is
@@ -131,11 +131,6 @@ impl Machine {
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .unwrap_or_default()
-    }
-
-    /// An ssh ProxyCommand that reaches this machine's sshd from the host.
-    pub fn ssh_proxy(&self) -> String {
-        format!("ip netns exec {} nc %h %p", self.netns)
     }
 
     /// A file of the machine's filesystem, seen from the host.

@@ -33,6 +33,7 @@ fn ansible_provisions_upgrades_and_refuses_bad_config() {
     hardening(&lab, &machines);
     power_cut(&lab, &mut machines[1]);
     bad_config_stops_at_validate(&fleet, &lab, &machines);
+    controller_is_never_locked_out(&fleet, &machines[0]);
     lab.verify_origin_has_every_ack();
 }
 
@@ -313,8 +314,7 @@ fn rolling_deploy(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
 /// holds the same file, and the edges keep serving.
 fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     let keys = |text: &str| -> Vec<String> { text.lines().map(str::to_owned).collect() };
-    let controller = fleet.dir.join("tickets.keys");
-    let before = keys(&std::fs::read_to_string(&controller).unwrap());
+    let before = fleet.controller_ticket_keys();
     let rotated_after = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -322,7 +322,7 @@ fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         - 1.0;
     let run = fleet.playbook("rotate-ticket-keys.yml", &fleet.current_package());
     run.assert_ok();
-    let after = keys(&std::fs::read_to_string(&controller).unwrap());
+    let after = fleet.controller_ticket_keys();
     assert_eq!(after.len(), before.len() + 1, "{after:?}");
     assert!(!before.contains(&after[0]), "the new key encrypts");
     assert_eq!(after[1..], before[..], "the old keys still decrypt");
@@ -751,6 +751,56 @@ fn bad_config_stops_at_validate(fleet: &Fleet, lab: &LabCli, machines: &[Machine
     );
 }
 
+/// Rules that would shut the controller out (as if it were left out of every management
+/// set) are loaded, the controller cannot confirm them, the play fails, and the way-back
+/// timer takes them out: the PoP answers ssh again within `firewall_confirm_seconds`.
+fn controller_is_never_locked_out(fleet: &Fleet, pop_a: &Machine) {
+    const CONFIRM_SECONDS: u64 = 20;
+    let mut args = fleet.current_package();
+    args.extend(
+        [
+            "--limit",
+            "pop-a",
+            "--tags",
+            "firewall",
+            "-e",
+            "firewall_controller=",
+            "-e",
+        ]
+        .map(str::to_owned),
+    );
+    args.push(format!("firewall_confirm_seconds={CONFIRM_SECONDS}"));
+    let run = fleet.playbook("site.yml", &args);
+    let failed_at = Instant::now();
+    assert!(
+        !run.success,
+        "the controller confirmed rules that leave it out"
+    );
+    assert!(
+        run.output.contains("A fresh connection gets through"),
+        "{}",
+        run.output
+    );
+    assert!(
+        !fleet.ssh_answers(POP_A_ADDR),
+        "the rules loaded did not shut the controller out"
+    );
+    let back = (0..60).find_map(|_| {
+        std::thread::sleep(Duration::from_secs(1));
+        fleet.ssh_answers(POP_A_ADDR).then(|| failed_at.elapsed())
+    });
+    let back = back.expect("the PoP stayed unreachable: the way back did not run");
+    let tables = pop_a.run("nft list tables").unwrap();
+    assert!(
+        !tables.contains("webhook_edge"),
+        "the way back left the table: {tables}"
+    );
+    println!(
+        "scenario ansible-firewall-lockout: rules without the controller loaded on pop-a, the play failed at the confirmation, ssh answered again {:.1} s later (way-back timer {CONFIRM_SECONDS} s after loading)",
+        back.as_secs_f64()
+    );
+}
+
 /// What the test deploys with: the controller, two packages, the cached rootfs.
 struct Fleet {
     repo: PathBuf,
@@ -801,8 +851,20 @@ impl Fleet {
         }
     }
 
-    /// pop-a and pop-b booted into their lab namespaces, with ssh through them.
+    /// pop-a and pop-b booted into their lab namespaces; the controller reaches their
+    /// sshd from `CONTROLLER_ADDR`, across the lab's router and the PoPs' firewalls.
     fn boot(&self) -> Vec<Machine> {
+        run_ok(Command::new("ip").args([
+            "netns",
+            "exec",
+            "lab-client",
+            "ip",
+            "addr",
+            "replace",
+            &format!("{CONTROLLER_ADDR}/24"),
+            "dev",
+            "eth1",
+        ]));
         let key = std::fs::read_to_string(self.ssh_key.with_extension("pub")).unwrap();
         let machines: Vec<Machine> = ["pop-a", "pop-b"]
             .iter()
@@ -816,7 +878,7 @@ impl Fleet {
                 "    {}:\n      ansible_user: root\n      ansible_ssh_private_key_file: {}\n      ansible_ssh_common_args: >-\n        -o ProxyCommand=\"{}\" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null\n",
                 machine.name,
                 self.ssh_key.display(),
-                machine.ssh_proxy()
+                controller_ssh_proxy()
             ));
         }
         std::fs::write(self.dir.join("connection.yml"), inventory).unwrap();
@@ -827,6 +889,48 @@ impl Fleet {
     /// plus the machines' connection details.
     /// After the rolling deploy the fleet runs the upgraded package, and the inventory
     /// would say so: later plays name it.
+    /// Whether `machine`'s sshd lets the controller in (a fresh connection, 3 s at most).
+    fn ssh_answers(&self, address: &str) -> bool {
+        Command::new("ssh")
+            .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=3"])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+            ])
+            .arg("-o")
+            .arg(format!("ProxyCommand={}", controller_ssh_proxy()))
+            .arg("-i")
+            .arg(&self.ssh_key)
+            .arg(format!("root@{address}"))
+            .arg("true")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The controller's ticket keys, which must be kept ansible-vault encrypted.
+    fn controller_ticket_keys(&self) -> Vec<String> {
+        let file = self.dir.join("tickets.keys");
+        let stored = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            stored.starts_with("$ANSIBLE_VAULT;"),
+            "the controller's ticket keys are not vault-encrypted: {}",
+            file.display()
+        );
+        run_ok(
+            Command::new(self.ansible_bin.join("ansible-vault"))
+                .current_dir(self.repo.join("ansible"))
+                .arg("view")
+                .arg(&file),
+        )
+        .lines()
+        .map(str::to_owned)
+        .collect()
+    }
+
     fn current_package(&self) -> Vec<String> {
         vec![
             "-e".to_owned(),
@@ -931,6 +1035,11 @@ fn build_package(repo: &Path, out: &Path, revision: Option<&str>) -> (PathBuf, S
     (path, version.trim().to_owned())
 }
 
+/// An ssh ProxyCommand from the controller's address.
+fn controller_ssh_proxy() -> String {
+    format!("ip netns exec lab-client nc -s {CONTROLLER_ADDR} %h %p")
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -1025,6 +1134,10 @@ const PLAYBOOKS: [&str; 6] = [
     "rotate-ticket-keys.yml",
 ];
 /// A hung playbook fails the test instead of holding CI.
+/// The controller's address: a second one on the lab's client, so that its ssh crosses
+/// the router and each PoP's firewall as a real controller's does (and the client's own
+/// address stays one the firewall refuses).
+const CONTROLLER_ADDR: &str = "10.0.4.9";
 const PLAYBOOK_TIMEOUT: Duration = Duration::from_secs(300);
 /// Long enough to cover the whole rolling deploy: ~70 s on a quiet 2-core machine, over
 /// 100 s with a busy disk (dpkg's fsyncs in the machines).
