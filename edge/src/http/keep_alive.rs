@@ -29,7 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
-use super::webhook::ResponseBody;
+use super::body::ResponseBody;
 use crate::tls::stream::TlsStream;
 
 /// A byte stream that can wait until a read would not block, without taking any bytes.

@@ -14,8 +14,9 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body;
 
+use super::app::{App, RouteEntry};
+use super::body::ResponseBody;
 use super::keep_alive::RequestBody;
-use super::{App, RouteEntry};
 use crate::admission::ledger::ShedEntry;
 use crate::admission::{BodyClaim, Refusal};
 use crate::body_rate::BodyRate;
@@ -24,8 +25,6 @@ use crate::conn_limits::ConnUsage;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
 use crate::verify::{Provider, Verification, VerifyError, url_verification_challenge};
-
-pub type ResponseBody = Full<Bytes>;
 
 /// What the connection knows about a request: whether it arrived as TLS early data
 /// (0-RTT), from where, and the connection itself (to drop it on abuse).
