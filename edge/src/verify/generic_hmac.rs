@@ -5,14 +5,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::{HeaderMap, HeaderName};
 
-use super::{Signatures, SignedHead, VerifyError};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Digest {
-    Sha256,
-    Sha512,
-}
+use super::signed_head::{Digest, Signatures, SignedHead, VerifyError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -27,16 +20,6 @@ pub struct HmacSpec {
     pub digest: Digest,
     pub encoding: Encoding,
     pub prefix: String,
-}
-
-impl Digest {
-    /// The length of this digest's MAC, in bytes.
-    pub fn mac_len(self) -> usize {
-        match self {
-            Digest::Sha256 => 32,
-            Digest::Sha512 => 64,
-        }
-    }
 }
 
 pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHead, VerifyError> {

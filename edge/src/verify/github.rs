@@ -2,7 +2,7 @@
 
 use http::HeaderMap;
 
-use super::{Digest, Signatures, SignedHead, VerifyError, required_header};
+use super::signed_head::{Digest, Signatures, SignedHead, VerifyError, required_header};
 
 pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
 

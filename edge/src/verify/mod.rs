@@ -14,27 +14,29 @@
 mod generic_hmac;
 mod github;
 mod shopify;
+mod signed_head;
 mod slack;
 mod standard;
 mod stripe;
 
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::{Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
-pub use generic_hmac::{Digest, Encoding, HmacSpec};
+pub use generic_hmac::{Encoding, HmacSpec};
+pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
 pub use slack::url_verification_challenge;
 pub use standard::decode_secret as decode_standard_secret;
+
+use signed_head::{SignedHead, SignedTimestamp, check_timestamp};
 
 /// Most secrets a route may hold (rotation needs two or three): each costs a MAC pass
 /// over every body.
 pub const MAX_SECRETS: usize = 8;
-/// Most signatures one request may offer; more makes its header malformed.
-pub const MAX_SIGNATURES: usize = 8;
 
 /// The provider a route receives webhooks from; decides the signature scheme, the
 /// event id and the headers worth keeping.
@@ -200,130 +202,6 @@ impl Verified {
     }
 }
 
-/// Why a request failed verification. The reason is safe to show the sender and to use
-/// as a metric label: it never contains secret material.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum VerifyError {
-    #[error("missing header {0}")]
-    MissingHeader(&'static str),
-    #[error("malformed header {0}")]
-    MalformedHeader(&'static str),
-    #[error("timestamp outside the tolerance (too old)")]
-    StaleTimestamp,
-    #[error("timestamp outside the tolerance (in the future)")]
-    FutureTimestamp,
-    #[error("no signature matches any configured secret")]
-    Mismatch,
-}
-
-impl VerifyError {
-    pub fn reason(&self) -> &'static str {
-        match self {
-            VerifyError::MissingHeader(_) => "missing_header",
-            VerifyError::MalformedHeader(_) => "malformed_header",
-            VerifyError::StaleTimestamp => "stale_timestamp",
-            VerifyError::FutureTimestamp => "future_timestamp",
-            VerifyError::Mismatch => "mismatch",
-        }
-    }
-}
-
-/// What a scheme reads from the request head.
-struct SignedHead {
-    digest: Digest,
-    /// What the provider signs before the body.
-    prefix: Vec<u8>,
-    /// The signatures offered, decoded, each of the digest's length.
-    signatures: Vec<Vec<u8>>,
-    timestamp: Option<SignedTimestamp>,
-}
-
-/// A timestamp the provider signed, checked once the signature matched.
-struct SignedTimestamp {
-    raw: String,
-    header: &'static str,
-    tolerance: Duration,
-}
-
-/// Collects the signatures a header offers, enforcing the scheme's MAC length and
-/// [`MAX_SIGNATURES`].
-struct Signatures {
-    digest: Digest,
-    header: &'static str,
-    decoded: Vec<Vec<u8>>,
-}
-
-impl Signatures {
-    fn new(digest: Digest, header: &'static str) -> Self {
-        Self {
-            digest,
-            header,
-            decoded: Vec::new(),
-        }
-    }
-
-    /// Adds one signature as the header's encoding decoded it (`None`: bad encoding).
-    fn push(&mut self, decoded: Option<Vec<u8>>) -> Result<(), VerifyError> {
-        match decoded {
-            Some(signature)
-                if signature.len() == self.digest.mac_len()
-                    && self.decoded.len() < MAX_SIGNATURES =>
-            {
-                self.decoded.push(signature);
-                Ok(())
-            }
-            _ => Err(VerifyError::MalformedHeader(self.header)),
-        }
-    }
-
-    /// The signatures, or a malformed header when it offered none.
-    fn into_head(
-        self,
-        prefix: Vec<u8>,
-        timestamp: Option<SignedTimestamp>,
-    ) -> Result<SignedHead, VerifyError> {
-        if self.decoded.is_empty() {
-            return Err(VerifyError::MalformedHeader(self.header));
-        }
-        Ok(SignedHead {
-            digest: self.digest,
-            prefix,
-            signatures: self.decoded,
-            timestamp,
-        })
-    }
-}
-
-/// The value of a header that must be present and ASCII.
-fn required_header<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h str, VerifyError> {
-    let value = headers.get(name).ok_or(VerifyError::MissingHeader(name))?;
-    value
-        .to_str()
-        .map_err(|_| VerifyError::MalformedHeader(name))
-}
-
-/// Checks a unix-seconds timestamp header value against `now` ± `tolerance`.
-fn check_timestamp(
-    raw: &str,
-    header: &'static str,
-    now: SystemTime,
-    tolerance: Duration,
-) -> Result<(), VerifyError> {
-    let signed_at: u64 = raw
-        .trim()
-        .parse()
-        .map_err(|_| VerifyError::MalformedHeader(header))?;
-    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    let tolerance = tolerance.as_secs();
-    if signed_at.saturating_add(tolerance) < now {
-        Err(VerifyError::StaleTimestamp)
-    } else if signed_at > now.saturating_add(tolerance) {
-        Err(VerifyError::FutureTimestamp)
-    } else {
-        Ok(())
-    }
-}
-
 /// One secret's MAC over the signed bytes, as they arrive.
 #[derive(Clone)]
 enum MacState {
@@ -380,54 +258,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn timestamp_tolerance_is_inclusive_on_both_sides() {
-        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let tol = Duration::from_secs(300);
-        assert_eq!(check_timestamp("999700", "t", now, tol), Ok(()));
-        assert_eq!(check_timestamp("1000300", "t", now, tol), Ok(()));
-        assert_eq!(
-            check_timestamp("999699", "t", now, tol),
-            Err(VerifyError::StaleTimestamp)
-        );
-        assert_eq!(
-            check_timestamp("1000301", "t", now, tol),
-            Err(VerifyError::FutureTimestamp)
-        );
-        assert_eq!(
-            check_timestamp("-5", "t", now, tol),
-            Err(VerifyError::MalformedHeader("t"))
-        );
-        assert_eq!(
-            check_timestamp("", "t", now, tol),
-            Err(VerifyError::MalformedHeader("t"))
-        );
-    }
-
-    #[test]
-    fn timestamps_and_tolerances_at_the_ends_of_u64_do_not_overflow() {
-        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let huge = Duration::from_secs(u64::MAX);
-        assert_eq!(
-            check_timestamp(&u64::MAX.to_string(), "t", now, huge),
-            Ok(())
-        );
-        assert_eq!(
-            check_timestamp(&u64::MAX.to_string(), "t", now, Duration::from_secs(300)),
-            Err(VerifyError::FutureTimestamp)
-        );
-    }
-
-    #[test]
-    fn reasons_are_stable_metric_labels() {
-        assert_eq!(VerifyError::Mismatch.reason(), "mismatch");
-        assert_eq!(VerifyError::MissingHeader("x").reason(), "missing_header");
-    }
-
-    fn github_head(signature: &str) -> HeaderMap {
-        headers(&[("X-Hub-Signature-256", signature)])
-    }
-
-    #[test]
     fn a_body_fed_in_chunks_verifies_like_the_whole() {
         let secret = b"chunked".to_vec();
         let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
@@ -480,5 +310,9 @@ mod tests {
         let shown = format!("{verifier:?}");
         assert!(!shown.contains(&as_bytes[1..as_bytes.len() - 1]), "{shown}");
         assert!(shown.contains("<1 redacted>"), "{shown}");
+    }
+
+    fn github_head(signature: &str) -> HeaderMap {
+        headers(&[("X-Hub-Signature-256", signature)])
     }
 }

@@ -4,7 +4,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::HeaderMap;
 
-use super::{Digest, Signatures, SignedHead, VerifyError, required_header};
+use super::signed_head::{Digest, Signatures, SignedHead, VerifyError, required_header};
 
 pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
 

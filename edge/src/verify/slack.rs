@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use http::HeaderMap;
 
-use super::{Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header};
+use super::signed_head::{
+    Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header,
+};
 
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
 pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";

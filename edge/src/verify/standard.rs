@@ -8,7 +8,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::HeaderMap;
 
-use super::{Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header};
+use super::signed_head::{
+    Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header,
+};
 
 pub const ID_HEADER: &str = "webhook-id";
 pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";

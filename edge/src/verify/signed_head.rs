@@ -1,0 +1,204 @@
+//! What every signature scheme reads from a request head, and how it can fail: the
+//! signed prefix, the signatures offered (bounded in number and length), the signed
+//! timestamp and its check.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+
+/// The hash a scheme's HMAC uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Digest {
+    Sha256,
+    Sha512,
+}
+
+impl Digest {
+    /// The length of this digest's MAC, in bytes.
+    pub fn mac_len(self) -> usize {
+        match self {
+            Digest::Sha256 => 32,
+            Digest::Sha512 => 64,
+        }
+    }
+}
+
+/// Why a request failed verification. The reason is safe to show the sender and to use
+/// as a metric label: it never contains secret material.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    #[error("missing header {0}")]
+    MissingHeader(&'static str),
+    #[error("malformed header {0}")]
+    MalformedHeader(&'static str),
+    #[error("timestamp outside the tolerance (too old)")]
+    StaleTimestamp,
+    #[error("timestamp outside the tolerance (in the future)")]
+    FutureTimestamp,
+    #[error("no signature matches any configured secret")]
+    Mismatch,
+}
+
+impl VerifyError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            VerifyError::MissingHeader(_) => "missing_header",
+            VerifyError::MalformedHeader(_) => "malformed_header",
+            VerifyError::StaleTimestamp => "stale_timestamp",
+            VerifyError::FutureTimestamp => "future_timestamp",
+            VerifyError::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// What a scheme reads from the request head.
+pub(super) struct SignedHead {
+    pub(super) digest: Digest,
+    /// What the provider signs before the body.
+    pub(super) prefix: Vec<u8>,
+    /// The signatures offered, decoded, each of the digest's length.
+    pub(super) signatures: Vec<Vec<u8>>,
+    pub(super) timestamp: Option<SignedTimestamp>,
+}
+
+/// A timestamp the provider signed, checked once the signature matched.
+pub(super) struct SignedTimestamp {
+    pub(super) raw: String,
+    pub(super) header: &'static str,
+    pub(super) tolerance: Duration,
+}
+
+/// Collects the signatures a header offers, enforcing the scheme's MAC length and
+/// [`MAX_SIGNATURES`].
+pub(super) struct Signatures {
+    digest: Digest,
+    header: &'static str,
+    decoded: Vec<Vec<u8>>,
+}
+
+impl Signatures {
+    pub(super) fn new(digest: Digest, header: &'static str) -> Self {
+        Self {
+            digest,
+            header,
+            decoded: Vec::new(),
+        }
+    }
+
+    /// Adds one signature as the header's encoding decoded it (`None`: bad encoding).
+    pub(super) fn push(&mut self, decoded: Option<Vec<u8>>) -> Result<(), VerifyError> {
+        match decoded {
+            Some(signature)
+                if signature.len() == self.digest.mac_len()
+                    && self.decoded.len() < MAX_SIGNATURES =>
+            {
+                self.decoded.push(signature);
+                Ok(())
+            }
+            _ => Err(VerifyError::MalformedHeader(self.header)),
+        }
+    }
+
+    /// The signatures, or a malformed header when it offered none.
+    pub(super) fn into_head(
+        self,
+        prefix: Vec<u8>,
+        timestamp: Option<SignedTimestamp>,
+    ) -> Result<SignedHead, VerifyError> {
+        if self.decoded.is_empty() {
+            return Err(VerifyError::MalformedHeader(self.header));
+        }
+        Ok(SignedHead {
+            digest: self.digest,
+            prefix,
+            signatures: self.decoded,
+            timestamp,
+        })
+    }
+}
+
+/// The value of a header that must be present and ASCII.
+pub(super) fn required_header<'h>(
+    headers: &'h HeaderMap,
+    name: &'static str,
+) -> Result<&'h str, VerifyError> {
+    let value = headers.get(name).ok_or(VerifyError::MissingHeader(name))?;
+    value
+        .to_str()
+        .map_err(|_| VerifyError::MalformedHeader(name))
+}
+
+/// Checks a unix-seconds timestamp header value against `now` ± `tolerance`.
+pub(super) fn check_timestamp(
+    raw: &str,
+    header: &'static str,
+    now: SystemTime,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    let signed_at: u64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| VerifyError::MalformedHeader(header))?;
+    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let tolerance = tolerance.as_secs();
+    if signed_at.saturating_add(tolerance) < now {
+        Err(VerifyError::StaleTimestamp)
+    } else if signed_at > now.saturating_add(tolerance) {
+        Err(VerifyError::FutureTimestamp)
+    } else {
+        Ok(())
+    }
+}
+
+/// Most signatures one request may offer; more makes its header malformed.
+pub const MAX_SIGNATURES: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamp_tolerance_is_inclusive_on_both_sides() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let tol = Duration::from_secs(300);
+        assert_eq!(check_timestamp("999700", "t", now, tol), Ok(()));
+        assert_eq!(check_timestamp("1000300", "t", now, tol), Ok(()));
+        assert_eq!(
+            check_timestamp("999699", "t", now, tol),
+            Err(VerifyError::StaleTimestamp)
+        );
+        assert_eq!(
+            check_timestamp("1000301", "t", now, tol),
+            Err(VerifyError::FutureTimestamp)
+        );
+        assert_eq!(
+            check_timestamp("-5", "t", now, tol),
+            Err(VerifyError::MalformedHeader("t"))
+        );
+        assert_eq!(
+            check_timestamp("", "t", now, tol),
+            Err(VerifyError::MalformedHeader("t"))
+        );
+    }
+
+    #[test]
+    fn timestamps_and_tolerances_at_the_ends_of_u64_do_not_overflow() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let huge = Duration::from_secs(u64::MAX);
+        assert_eq!(
+            check_timestamp(&u64::MAX.to_string(), "t", now, huge),
+            Ok(())
+        );
+        assert_eq!(
+            check_timestamp(&u64::MAX.to_string(), "t", now, Duration::from_secs(300)),
+            Err(VerifyError::FutureTimestamp)
+        );
+    }
+
+    #[test]
+    fn reasons_are_stable_metric_labels() {
+        assert_eq!(VerifyError::Mismatch.reason(), "mismatch");
+        assert_eq!(VerifyError::MissingHeader("x").reason(), "missing_header");
+    }
+}
