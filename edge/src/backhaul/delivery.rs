@@ -12,9 +12,11 @@ use tokio::sync::watch;
 
 use super::ack_window::AckWindow;
 use super::breaker::{Breaker, Permit, State};
+use super::dead_letter;
+use super::error::DeliveryError;
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, unit_random};
-use super::{DeliveryError, Sink, dead_letter};
+use super::sink::Sink;
 use crate::config::BackhaulSettings;
 use crate::spool::record::Record;
 use crate::spool::{Batch, Spool, SpoolReader};

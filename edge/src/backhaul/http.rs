@@ -20,7 +20,7 @@ use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::sync::{Notify, watch};
 
-use super::DeliveryError;
+use super::error::DeliveryError;
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, parse_retry_after, unit_random};
 use rustls::pki_types::pem::PemObject;

@@ -14,7 +14,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream;
 use tokio::sync::Notify;
 
-use super::DeliveryError;
+use super::error::DeliveryError;
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, unit_random};
 use crate::config::NatsSettings;
