@@ -6,9 +6,10 @@ use std::io;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
+use super::quarantine;
 use super::record::{FrameError, Record};
 use super::scan::{Damage, highest_seq_named, named_without_header, scan_segment};
-use super::{list_segments, quarantine};
+use super::segments::list_segments;
 
 /// Every whole record in the spool directory, oldest first.
 pub fn dump(dir: &Path) -> io::Result<Vec<Record>> {

@@ -9,7 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::{AppendError, Appended};
+use super::append::{AppendError, Appended};
 
 /// Cheap to clone: every field is a shared handle.
 #[derive(Clone, Debug)]

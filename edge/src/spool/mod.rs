@@ -3,6 +3,7 @@
 //! task doing group commit (one fdatasync per batch of concurrent appends), recovery
 //! at start, a checkpoint the backhaul advances, and a reader for the backhaul.
 
+mod append;
 pub mod checkpoint;
 mod inspect;
 mod lag;
@@ -14,76 +15,28 @@ pub mod record;
 mod recovery;
 mod reserve;
 pub mod scan;
+mod segments;
+mod shared;
 mod spare;
 mod writer;
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use append::{AppendError, Appended, NewEvent};
 pub use inspect::{DamagedRegion, Inspection, UnreadableSegment, dump, inspect};
 pub use metrics::SpoolMetrics;
 pub use reader::{Batch, SpoolReader};
 pub use recovery::RecoveryReport;
+pub(crate) use segments::new_segment_format;
+
+use shared::Shared;
 
 use crate::config::SpoolSettings;
-
-/// A webhook ready to be stored: verified, with its event id.
-#[derive(Debug)]
-pub struct NewEvent {
-    pub received_ms: u64,
-    pub early: bool,
-    pub route: Arc<str>,
-    pub event_id: String,
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub body: Bytes,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Appended {
-    /// Stored under this sequence number and durable.
-    Stored { seq: u64 },
-    /// The route's recent window already holds this event id, durable under `seq`.
-    Duplicate { seq: u64 },
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AppendError {
-    #[error("spool is over its max_bytes")]
-    Full,
-    /// The filesystem under the spool has no room (ENOSPC, EDQUOT); passes by itself
-    /// once the backhaul delivers and segments are deleted.
-    #[error("spool disk is full")]
-    DiskFull,
-    /// A write or fsync failed. After a failed fsync the page cache cannot be trusted,
-    /// so the spool refuses every later append until the process restarts.
-    #[error("spool failed: {0}")]
-    Failed(String),
-    #[error("spool is shut down")]
-    Closed,
-    /// The record has a field over the format's limits (the config's head limits
-    /// prevent it); the request is refused, nothing is stored.
-    #[error("request head over the spool record's limits")]
-    TooLarge,
-}
-
-impl AppendError {
-    /// The `reason` label of the error in metrics.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Full => "full",
-            Self::DiskFull => "disk_full",
-            Self::Failed(_) => "failed",
-            Self::Closed => "closed",
-            Self::TooLarge => "too_large",
-        }
-    }
-}
 
 /// Handle to the spool; cheap to share behind an `Arc`.
 pub struct Spool {
@@ -91,37 +44,6 @@ pub struct Spool {
     shared: Arc<Shared>,
     metrics: SpoolMetrics,
     task: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// State the writer publishes to everyone else.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    dir: PathBuf,
-    /// Every record with a sequence number up to this one is durable.
-    durable_seq: AtomicU64,
-    checkpoint: AtomicU64,
-    bytes: AtomicU64,
-    /// Spool bytes the origin has not confirmed (see `lag`).
-    unconfirmed_bytes: AtomicU64,
-    high_water_bytes: u64,
-    max_bytes: u64,
-    failed: AtomicBool,
-    /// Woken when `failed` turns true.
-    failure: Notify,
-    /// Set by the writer on ENOSPC; cleared once `resume_at_free` bytes are free.
-    disk_full: AtomicBool,
-    /// Free bytes that end the disk-full state: what was free right after the failed
-    /// write was undone, plus a segment. Without that margin the space the undone write
-    /// gave back lets the next small batch in, and the PoP flaps between ready and full.
-    resume_at_free: AtomicU64,
-    /// The margin: one segment.
-    room_to_resume: u64,
-    durable: Notify,
-    /// The active segment (its first sequence number) and where its durable bytes end:
-    /// the reader reads no further, so a write in progress is never taken for damage.
-    durable_end: Mutex<(u64, u64)>,
-    /// Segments the reader found damage in: quarantined, not deleted, once delivered.
-    damaged_segments: Mutex<BTreeSet<u64>>,
 }
 
 impl Spool {
@@ -279,65 +201,6 @@ impl Spool {
     }
 }
 
-impl Shared {
-    fn durable_end(&self) -> (u64, u64) {
-        *self.durable_end.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn set_durable_end(&self, active_first: u64, len: u64) {
-        *self.durable_end.lock().unwrap_or_else(|e| e.into_inner()) = (active_first, len);
-    }
-
-    fn mark_damaged(&self, first: u64) {
-        self.damaged_segments
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(first);
-    }
-
-    fn take_damaged(&self) -> BTreeSet<u64> {
-        std::mem::take(
-            &mut *self
-                .damaged_segments
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        )
-    }
-
-    /// Whether appends may go to disk: not while the disk is full. While it is, the
-    /// filesystem is asked, since with no traffic (the route withdrawn) no append would
-    /// find out that space came back (the backhaul delivered, or an operator freed some);
-    /// ends the disk-full state, and says so, once there is room again.
-    fn has_room(&self) -> bool {
-        if !self.disk_full.load(Ordering::Acquire) {
-            return true;
-        }
-        let room = free_bytes(&self.dir);
-        if room < self.resume_at_free.load(Ordering::Acquire) {
-            return false;
-        }
-        if self.disk_full.swap(false, Ordering::AcqRel) {
-            tracing::info!(dir = %self.dir.display(), free_bytes = room, "spool disk has room again; taking appends");
-        }
-        true
-    }
-
-    /// Enters the disk-full state, to be left once a segment more than now is free.
-    fn disk_filled(&self) -> bool {
-        let resume_at = free_bytes(&self.dir) + self.room_to_resume;
-        self.resume_at_free.store(resume_at, Ordering::Release);
-        !self.disk_full.swap(true, Ordering::AcqRel)
-    }
-}
-
-/// The format of a new segment (or dead letter): version 2 with a random seed.
-pub(crate) fn new_segment_format() -> std::io::Result<record::SegmentFormat> {
-    let mut seed = [0u8; 4];
-    aws_lc_rs::rand::fill(&mut seed)
-        .map_err(|_| std::io::Error::other("no randomness for a segment seed"))?;
-    Ok(record::SegmentFormat::seeded(u32::from_le_bytes(seed)))
-}
-
 /// The active segment and where its durable bytes end, after recovery.
 fn active_end(recovered: &recovery::Recovered) -> (u64, u64) {
     recovered
@@ -346,39 +209,15 @@ fn active_end(recovered: &recovery::Recovered) -> (u64, u64) {
         .map_or((0, 0), |(&first, meta)| (first, meta.bytes))
 }
 
-/// Free bytes on the filesystem under `dir` (0 when it cannot be asked).
-fn free_bytes(dir: &std::path::Path) -> u64 {
-    nix::sys::statvfs::statvfs(dir)
-        .map(|fs| fs.blocks_available() * fs.fragment_size())
-        .unwrap_or(0)
-}
-
-fn segment_path(dir: &std::path::Path, first_seq: u64) -> PathBuf {
-    dir.join(format!("{first_seq:020}.seg"))
-}
-
-/// Segment files in `dir` as (first sequence number, path), oldest first.
-fn list_segments(dir: &std::path::Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
-    let mut segments = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let first = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".seg"))
-            .and_then(|n| n.parse::<u64>().ok());
-        if let Some(first) = first {
-            segments.push((first, path));
-        }
-    }
-    segments.sort();
-    Ok(segments)
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
+    use std::path::PathBuf;
+
+    use bytes::Bytes;
+
+    use super::segments::{list_segments, segment_path};
     use super::*;
 
     fn settings(dir: &std::path::Path) -> SpoolSettings {

@@ -16,7 +16,8 @@ use std::sync::atomic::Ordering;
 use super::metrics::SpoolMetrics;
 use super::record::{FRAME_HEADER_LEN, Record, SegmentFormat, decode_frame, frame_len};
 use super::scan::resume_after;
-use super::{Shared, list_segments, segment_path};
+use super::segments::{list_segments, segment_path};
+use super::shared::Shared;
 
 pub struct SpoolReader {
     shared: Arc<Shared>,

@@ -20,7 +20,8 @@ use super::lag::LagBytes;
 use super::recent_ids::RecentIds;
 use super::record::{FrameError, HeaderError, SegmentFormat};
 use super::scan::{Damage, highest_seq_named, scan_segment};
-use super::{checkpoint, list_segments, new_segment_format, quarantine, segment_path};
+use super::segments::{list_segments, new_segment_format, segment_path};
+use super::{checkpoint, quarantine};
 use crate::config::SpoolSettings;
 
 /// What recovery found and did, for the start-up log.

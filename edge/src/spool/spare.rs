@@ -14,8 +14,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
+use super::checkpoint;
 use super::record::SegmentFormat;
-use super::{checkpoint, new_segment_format, segment_path};
+use super::segments::{new_segment_format, segment_path};
 use crate::config::SpoolSettings;
 
 pub(super) struct Spare {

@@ -18,13 +18,16 @@ use edge_kit::metrics::Reason;
 use nix::fcntl::Flock;
 use tokio::sync::{mpsc, oneshot};
 
+use super::append::{AppendError, Appended, NewEvent};
 use super::lag::LagBytes;
 use super::metrics::SpoolMetrics;
 use super::recent_ids::RecentIds;
 use super::record::{RecordView, SegmentFormat};
 use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
+use super::segments::segment_path;
+use super::shared::Shared;
 use super::spare::{self, Spare};
-use super::{AppendError, Appended, NewEvent, Shared, checkpoint, reserve};
+use super::{checkpoint, reserve};
 use crate::config::SpoolSettings;
 use edge_kit::log_throttle::LogThrottle;
 
@@ -438,7 +441,7 @@ impl Writer {
             Some(made) => made,
             None => create_segment(&self.dir, first_seq).inspect_err(|_| {
                 // Half made (no room for its header): recovery must not find it.
-                let _ = std::fs::remove_file(super::segment_path(&self.dir, first_seq));
+                let _ = std::fs::remove_file(segment_path(&self.dir, first_seq));
             })?,
         };
         self.active = active;
