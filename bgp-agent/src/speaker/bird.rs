@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use ipnet::IpNet;
 
-use super::Advert;
+use super::advert::Advert;
 use crate::config::SpeakerConfig;
 use crate::metrics::{PeerLabel, Sessions};
 

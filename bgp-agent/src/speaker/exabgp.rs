@@ -16,7 +16,7 @@ use ipnet::IpNet;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use super::{Advert, GRACEFUL_SHUTDOWN};
+use super::advert::{Advert, GRACEFUL_SHUTDOWN};
 use crate::config::SpeakerConfig;
 use crate::metrics::{PeerLabel, Sessions};
 

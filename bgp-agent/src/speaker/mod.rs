@@ -7,41 +7,18 @@
 //! A degraded route (a soft drain) stays announced with a longer AS path or a higher
 //! MED, so upstreams keep this PoP only as a backup.
 
+mod advert;
 pub mod bird;
 pub mod exabgp;
 
 use ipnet::IpNet;
 
+pub use advert::{Advert, GRACEFUL_SHUTDOWN};
+
 use crate::config::{Config, SpeakerConfig};
 use crate::metrics::Sessions;
 
-/// What BGP carries for the agent's prefixes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Advert {
-    Announced,
-    /// Announced, less preferred: a degrade check fails.
-    Degraded,
-    /// Still announced, tagged GRACEFUL_SHUTDOWN: on the way to a withdraw.
-    GracefulShutdown,
-    Withdrawn,
-}
-
-impl Advert {
-    /// The route as `/status` reports it: a degraded route is still `announced` (it
-    /// carries traffic when other PoPs are gone), `graceful_shutdown` is on its way out.
-    pub fn route_name(self) -> &'static str {
-        match self {
-            Advert::Announced | Advert::Degraded => "announced",
-            Advert::GracefulShutdown => "graceful_shutdown",
-            Advert::Withdrawn => "withdrawn",
-        }
-    }
-}
-
-/// RFC 8326's well-known community.
-pub const GRACEFUL_SHUTDOWN: &str = "65535:0";
-
+/// The BGP daemon this PoP's agent drives.
 pub enum Speaker {
     Exabgp(exabgp::ExaBgp),
     Bird(bird::Bird),
