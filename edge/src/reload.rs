@@ -5,7 +5,6 @@
 //! that only change at a restart are named in a warning and keep their running values.
 //! Shared session-ticket keys are re-read on the same signal, and when their file changes.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::config::{self, Settings};
+use crate::config;
 use crate::http::App;
 use crate::server::{Live, Server};
 use crate::spool::Spool;
@@ -113,7 +112,7 @@ impl Reloader {
                 "config reload: these settings change only at a restart; running with their old values"
             );
         }
-        self.spool.set_windows(dedupe_windows(&settings));
+        self.spool.set_windows(settings.dedupe_windows());
         running
             .app
             .admission
@@ -157,16 +156,6 @@ impl Reloader {
     }
 }
 
-/// Each route's de-duplication window, by route name (what the spool keys ids by).
-pub fn dedupe_windows(settings: &Settings) -> HashMap<String, usize> {
-    settings
-        .routes
-        .iter()
-        .map(|r| (r.name.clone(), r.dedupe_window))
-        .collect()
-}
-
-/// How often the shared ticket-key file is checked for changes.
 /// Reload metrics, registered under `edge_config_*`. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct ReloadMetrics {

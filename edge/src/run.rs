@@ -19,7 +19,7 @@ use crate::backhaul::Sink;
 use crate::config::Settings;
 use crate::http::App;
 use crate::metrics::Metrics;
-use crate::reload::{Reloader, dedupe_windows};
+use crate::reload::Reloader;
 use crate::server::{Live, Server, ServerMetrics};
 use crate::spool::Spool;
 use crate::{sockets, tls};
@@ -151,7 +151,7 @@ fn open_spool(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Arc<Spoo
     let (spool, report) = Spool::open(
         &settings.spool,
         &settings.pop,
-        dedupe_windows(settings),
+        settings.dedupe_windows(),
         metrics.spool.clone(),
     )?;
     tracing::info!(

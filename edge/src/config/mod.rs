@@ -14,6 +14,7 @@ mod routes;
 mod spool;
 mod tls;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -48,6 +49,16 @@ pub struct Settings {
     pub routes: Vec<Route>,
     /// Where spooled events go; `None` keeps them in the spool only.
     pub backhaul: Option<BackhaulSettings>,
+}
+
+impl Settings {
+    /// Each route's de-duplication window, by route name (what the spool keys ids by).
+    pub fn dedupe_windows(&self) -> HashMap<String, usize> {
+        self.routes
+            .iter()
+            .map(|r| (r.name.clone(), r.dedupe_window))
+            .collect()
+    }
 }
 
 pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
