@@ -50,12 +50,13 @@ for component in rustfmt clippy; do
     fi
 done
 # The XDP program is built by the nightly pinned in xdp/ebpf/rust-toolchain.toml, with
-# rust-src (it builds `core` itself), and linked by bpf-linker against Debian's LLVM 22
-# (the default build wants LLVM 23).
+# rust-src (it builds `core` itself) and clippy (lab/test.sh lints it for its target),
+# and linked by bpf-linker against Debian's LLVM 22 (the default build wants LLVM 23).
 nightly=$(sed -n 's/^channel = "\(.*\)"$/\1/p' xdp/ebpf/rust-toolchain.toml)
-if ! rustup component list --toolchain "$nightly" --installed 2>/dev/null | grep -q '^rust-src'; then
-    echo "setup: installing $nightly with rust-src for the eBPF build"
-    rustup toolchain install "$nightly" --profile minimal --component rust-src \
+installed=$(rustup component list --toolchain "$nightly" --installed 2>/dev/null)
+if ! grep -q '^rust-src' <<<"$installed" || ! grep -q '^clippy' <<<"$installed"; then
+    echo "setup: installing $nightly with rust-src and clippy for the eBPF build"
+    rustup toolchain install "$nightly" --profile minimal --component rust-src --component clippy \
         || { echo "setup: cannot install $nightly: the XDP program cannot be built" >&2; exit 1; }
 fi
 if ! command -v bpf-linker >/dev/null 2>&1; then

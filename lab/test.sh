@@ -10,6 +10,10 @@ started=$(date +%s)
 lab/setup.sh || exit 1
 cargo fmt --all -- --check || { echo "0 passed, 1 failed: cargo fmt --check"; exit 1; }
 cargo clippy --release --workspace --all-targets -- -D warnings || { echo "0 passed, 1 failed: clippy"; exit 1; }
+# The XDP program as the kernel gets it: its code exists only for the BPF target.
+(cd xdp/ebpf && cargo clippy --target bpfel-unknown-none -Z build-std=core --release \
+    --target-dir ../../target/ebpf-clippy -- -D warnings) \
+    || { echo "0 passed, 1 failed: clippy (eBPF)"; exit 1; }
 
 mkdir -p target
 log=target/test.log

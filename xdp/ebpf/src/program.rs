@@ -329,7 +329,7 @@ fn spend<K>(
         None => {
             let mut bucket = Bucket::default();
             let allowed = take_token(&mut bucket, now, per_second, burst);
-            let _ = buckets.insert(&key, &bucket, 0);
+            let _ = buckets.insert(&key, bucket, 0);
             allowed
         }
     }
@@ -346,14 +346,11 @@ fn icmp() -> Reason {
     let Some(bucket) = ICMP_BUCKET.get_ptr_mut(0) else {
         return Reason::Pass;
     };
-    // SAFETY: as above; the bucket is global, shared by every CPU.
+    // SAFETY: a helper without arguments, callable from any XDP program.
     let now = unsafe { bpf_ktime_get_ns() };
-    if take_token(
-        unsafe { &mut *bucket },
-        now,
-        limits.icmp_per_second,
-        limits.icmp_burst,
-    ) {
+    // SAFETY: as in `spend`; this bucket is global, shared by every CPU.
+    let bucket = unsafe { &mut *bucket };
+    if take_token(bucket, now, limits.icmp_per_second, limits.icmp_burst) {
         Reason::Pass
     } else {
         Reason::IcmpRate
