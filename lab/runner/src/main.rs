@@ -149,13 +149,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", Prometheus::of(&lab()?)?.query(&expr)?);
         }
         Command::Exec { node, command } => {
-            // Container paths work here as they would in `docker exec`.
-            let command_line = lab()?.paths(&node).rewrite(&command.join(" "));
-            let status = lab::netns::command(&lab::netns::namespace(&node), &command_line)
+            // Container paths work here as they would in `docker exec`; each argument
+            // stays one argument, as there.
+            let paths = lab()?.paths(&node);
+            let argv: Vec<String> = command.iter().map(|arg| paths.rewrite(arg)).collect();
+            let status = lab::netns::command_argv(&lab::netns::namespace(&node), &argv)
                 .status()
                 .map_err(anyhow::Error::from)?;
             if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
-                eprintln!("lab exec: {command_line:?} on {node} died of signal {signal}");
+                eprintln!("lab exec: {argv:?} on {node} died of signal {signal}");
             }
             return Ok(ExitCode::from(status.code().unwrap_or(1) as u8));
         }

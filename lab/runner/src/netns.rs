@@ -192,6 +192,13 @@ pub fn command(ns: &str, command_line: &str) -> Command {
     command
 }
 
+/// `argv` run inside the namespace as it is (no shell), in a session of its own.
+pub fn command_argv(ns: &str, argv: &[String]) -> Command {
+    let mut command = Command::new("setsid");
+    command.args(["ip", "netns", "exec", ns]).args(argv);
+    command
+}
+
 fn ip(args: &[&str]) -> anyhow::Result<()> {
     let output = Command::new("ip")
         .args(args)

@@ -367,11 +367,11 @@ fn operations(lab: &LabCli, machines: &[Machine]) {
     let (pop_a, pop_b) = (&machines[0], &machines[1]);
     for (flag, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
         let body = format!(r#"{{"curl":"{version}"}}"#);
-        // Straight into the client's namespace: `lab exec` joins its words for a shell.
-        let answer = run_ok(Command::new("ip").args([
-            "netns",
+        // Arguments with spaces and quotes pass through `lab exec` as they are.
+        let answer = lab.run(&[
             "exec",
-            "lab-client",
+            "client",
+            "--",
             "curl",
             "-sk",
             flag,
@@ -391,7 +391,7 @@ fn operations(lab: &LabCli, machines: &[Machine]) {
             "--data-binary",
             &body,
             "https://192.0.2.10/hooks/github",
-        ]));
+        ]);
         assert_eq!(answer, format!("202 {version}"), "curl {flag}");
     }
 

@@ -344,7 +344,7 @@ fn reach(lab: &LabCli, anycast: Anycast) {
     // XDP guards the address: UDP to a port not served is dropped at the PoPs' NICs.
     let drops_before = lab.xdp_drops();
     let junk = format!(
-        "'for n in $(seq {JUNK_DATAGRAMS}); do echo junk > /dev/udp/{}/9; done'",
+        "for n in $(seq {JUNK_DATAGRAMS}); do echo junk > /dev/udp/{}/9; done",
         anycast.vip
     );
     lab.run(&["exec", "client", "--", "bash", "-c", &junk]);
