@@ -45,8 +45,10 @@ pub fn has_root(test: &str, why: &str) -> bool {
 /// Says on stderr that `test` was skipped for want of root. libtest counts a test that
 /// returns as passed; `lab/test.sh` counts these lines as skipped instead.
 pub fn report_root_skip(test: &str, why: &str) {
-    // Straight to stderr: the test harness captures eprintln! of a passing test.
-    let _ = writeln!(std::io::stderr(), "skipped {test}: needs root ({why})");
+    // Straight to stderr (the test harness captures eprintln! of a passing test), in one
+    // write so that tests skipped in parallel do not interleave their lines.
+    let line = format!("skipped {test}: needs root ({why})\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// Returns from the test at once, reported as skipped, when it cannot run without root
