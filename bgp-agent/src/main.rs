@@ -56,6 +56,12 @@ fn main() -> ExitCode {
     edge_kit::logging::init();
     edge_kit::panic::exit_on_panic();
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Run { .. })
+        && let Err(e) = edge_kit::signals::hold()
+    {
+        eprintln!("bgp-agent: cannot hold signals during start-up: {e}");
+        return ExitCode::FAILURE;
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -107,6 +107,10 @@ fn main() -> ExitCode {
             }
         },
         Command::Run { config } => {
+            if let Err(e) = edge_kit::signals::hold() {
+                eprintln!("edge: cannot hold signals during start-up: {e}");
+                return ExitCode::FAILURE;
+            }
             let settings = match edge::config::load(&config) {
                 Ok(settings) => settings,
                 Err(errors) => {

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use edge_kit::metrics::ResultLabel;
+use edge_kit::signals::Hangups;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config;
 use crate::http::App;
@@ -57,19 +57,13 @@ impl Reloader {
         }
     }
 
-    /// Waits for SIGHUP (and polls the ticket-key file) for the life of the process.
-    pub async fn run(mut self) {
-        let mut hangup = match signal(SignalKind::hangup()) {
-            Ok(hangup) => hangup,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGHUP: config reload is off");
-                return;
-            }
-        };
+    /// Waits for SIGHUP (and polls the ticket-key file) for the life of the process; a
+    /// SIGHUP that came during start-up is applied at once.
+    pub async fn run(mut self, mut hangups: Hangups) {
         let mut poll = tokio::time::interval(TICKET_KEY_POLL);
         loop {
             tokio::select! {
-                _ = hangup.recv() => {
+                () = hangups.next() => {
                     self.reload_config();
                     self.reload_ticket_keys(true);
                 }

@@ -25,6 +25,12 @@ use crate::spool::Spool;
 use crate::{sockets, tls};
 
 pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
+    // First: from here a signal sent during start-up (the spool's recovery can take a
+    // while) is handled, a SIGHUP applied once the reloader runs.
+    let mut signals = Signals::new()?;
+    let hangups = signals
+        .take_hangups()
+        .context("SIGHUP is listened for once")?;
     let metrics = Arc::new(Metrics::new(&settings.pop));
     metrics.reload.generation.set(1);
     let spool = open_spool(&settings, &metrics)?;
@@ -89,14 +95,13 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         metrics.reload.clone(),
         shared_tickets,
     );
-    let reloading = tokio::spawn(reloader.run().in_current_span());
+    let reloading = tokio::spawn(reloader.run(hangups).in_current_span());
     readiness.watch(reloading.abort_handle(), "config reload watcher stopped");
     let (stop, stopped) = watch::channel(false);
     let accepting = tokio::spawn(server.run(listeners, stopped).in_current_span());
     readiness.listening.store(true, Ordering::Release);
     tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, "edge ready");
 
-    let mut signals = Signals::new()?;
     let mut spool_failed = false;
     let grace = tokio::select! {
         signal = signals.shutdown() => match signal {

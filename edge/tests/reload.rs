@@ -21,6 +21,33 @@ const NOT_AFTER: &str = "edge_tls_certificate_not_after_timestamp_seconds{";
 /// 4096-01-01T00:00:00Z, rcgen's default notAfter.
 const RCGEN_DEFAULT_NOT_AFTER: f64 = 67_090_118_400.0;
 
+/// A SIGHUP that arrives while the edge starts is held until the edge can handle it,
+/// then applied as a reload: the edge does not die of SIGHUP's default action (seen
+/// before: HUP 10 ms after start, exit 129).
+#[test]
+fn a_sighup_during_start_up_is_a_reload_not_a_death() {
+    let mut edge = Edge::create("", "");
+    for (run, after_ms) in [10u64, 30, 60].into_iter().enumerate() {
+        if run > 0 {
+            edge.kill9();
+        }
+        edge.spawn_then(|pid| {
+            std::thread::sleep(Duration::from_millis(after_ms));
+            kill(Pid::from_raw(pid), Signal::SIGHUP).unwrap();
+        });
+        wait_for(|| edge.metric(r#"edge_config_reloads_total{pop="test",result="ok"}"#) == 1.0);
+        assert_eq!(
+            post(
+                &edge,
+                "/hooks/github",
+                NEW,
+                &format!("after-early-hup-{run}")
+            ),
+            202
+        );
+    }
+}
+
 #[test]
 fn reload_under_load_changes_certificate_routes_and_secrets_without_a_failed_request() {
     let edge = Edge::start("", "")

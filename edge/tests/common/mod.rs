@@ -180,6 +180,11 @@ impl Edge {
 
     /// Starts the binary (again) on the same config and spool, and waits for /readyz.
     pub fn spawn(&mut self) {
+        self.spawn_then(|_| {});
+    }
+
+    /// As [`Edge::spawn`], calling `early` with the new process's PID before waiting.
+    pub fn spawn_then(&mut self, early: impl FnOnce(i32)) {
         let runs = std::fs::read_dir(self.dir.path()).unwrap().filter(|e| {
             e.as_ref()
                 .unwrap()
@@ -210,7 +215,9 @@ impl Edge {
             }
         }
         let child = command.spawn().unwrap();
+        let pid = child.id() as i32;
         self.child = Some(child);
+        early(pid);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             // Its own log says ready too: a /readyz alone may come from another test's

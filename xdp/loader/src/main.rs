@@ -44,11 +44,18 @@ enum Command {
 fn main() -> ExitCode {
     edge_kit::logging::init();
     edge_kit::panic::exit_on_panic();
+    let cli = Cli::parse();
+    if matches!(cli.command, Command::Run { .. })
+        && let Err(e) = edge_kit::signals::hold()
+    {
+        eprintln!("edge-xdp: cannot hold signals during start-up: {e}");
+        return ExitCode::FAILURE;
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let result = match Cli::parse().command {
+    let result = match cli.command {
         Command::Run { config } => runtime.block_on(run(config)),
         Command::CheckConfig { config } => Config::load(&config)
             .map(|c| {
