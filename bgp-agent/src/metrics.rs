@@ -177,6 +177,7 @@ impl Metrics {
             m.config_reloads.clone(),
         );
         let admin = AdminMetrics::register(&mut registry);
+        edge_kit::metrics::register_build_info(&mut registry, env!("CARGO_PKG_VERSION"));
         Self {
             registry,
             admin,

@@ -3,8 +3,6 @@
 //! `pop` label, and every limit the edge enforces has a counter in its subsystem.
 
 use edge_kit::admin::AdminMetrics;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -48,13 +46,7 @@ impl Metrics {
             "1 while this PoP can accept and store events (/readyz answers 200)",
             ready.clone(),
         );
-        let build_info = Family::<Version, Gauge>::default();
-        build_info
-            .get_or_create(&Version {
-                version: env!("CARGO_PKG_VERSION"),
-            })
-            .set(1);
-        edge.register("build_info", "The running build, by version", build_info);
+        edge_kit::metrics::register_build_info(edge, env!("CARGO_PKG_VERSION"));
         let admission = AdmissionMetrics::default();
         admission.register(&mut registry);
         Self {
@@ -75,9 +67,4 @@ impl Metrics {
     pub fn encode(&self) -> String {
         edge_kit::metrics::encode(&self.registry)
     }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Version {
-    version: &'static str,
 }

@@ -4,11 +4,21 @@
 //! a sub-registry of this one.
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// A registry whose every series carries `pop="<pop>"`.
 pub fn registry_for_pop(pop: &str) -> Registry {
     Registry::with_labels([("pop".into(), pop.to_owned().into())].into_iter())
+}
+
+/// `build_info{version="…"} 1` under `registry`'s prefix: which build a process runs,
+/// the same series on every binary, so a fleet view sees a rollout's progress.
+pub fn register_build_info(registry: &mut Registry, version: &'static str) {
+    let info = Family::<Version, Gauge>::default();
+    info.get_or_create(&Version { version }).set(1);
+    registry.register("build_info", "The running build, by version", info);
 }
 
 /// The Prometheus text exposition of `registry`.
@@ -31,4 +41,26 @@ pub struct Reason {
 pub struct ResultLabel {
     /// `ok` or `failed`.
     pub result: &'static str,
+}
+
+/// `version="…"`: a build's version.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Version {
+    version: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_info_carries_the_prefix_the_pop_and_the_version() {
+        let mut registry = registry_for_pop("fra1");
+        register_build_info(registry.sub_registry_with_prefix("bgp_agent"), "1.2.3");
+        let text = encode(&registry);
+        assert!(
+            text.contains(r#"bgp_agent_build_info{pop="fra1",version="1.2.3"} 1"#),
+            "{text}"
+        );
+    }
 }

@@ -129,8 +129,9 @@ async fn serve_metrics(
     attached: String,
 ) {
     let mut registry = edge_kit::metrics::registry_for_pop(&pop);
-    let admin =
-        edge_kit::admin::AdminMetrics::register(registry.sub_registry_with_prefix("edge_xdp"));
+    let edge_xdp = registry.sub_registry_with_prefix("edge_xdp");
+    edge_kit::metrics::register_build_info(edge_xdp, env!("CARGO_PKG_VERSION"));
+    let admin = edge_kit::admin::AdminMetrics::register(edge_xdp);
     edge_kit::admin::serve(listener, admin, move |path| match path {
         "/metrics" => {
             let mut body = match filter.lock().expect("filter lock").counters() {
