@@ -5,6 +5,7 @@
 
 mod append;
 pub mod checkpoint;
+mod group_commit;
 mod inspect;
 mod lag;
 pub mod metrics;

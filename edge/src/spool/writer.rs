@@ -19,6 +19,7 @@ use nix::fcntl::Flock;
 use tokio::sync::{mpsc, oneshot};
 
 use super::append::{AppendError, Appended, NewEvent};
+use super::group_commit::{GroupCommit, MAX_BATCH_RECORDS, Next};
 use super::lag::LagBytes;
 use super::metrics::SpoolMetrics;
 use super::recent_ids::RecentIds;
@@ -44,7 +45,7 @@ pub(super) struct Writer {
     pop: String,
     segment_bytes: u64,
     max_bytes: u64,
-    max_batch_delay: Duration,
+    group: GroupCommit,
     sync_delay: Duration,
     segments: BTreeMap<u64, SegmentMeta>,
     active: File,
@@ -60,7 +61,6 @@ pub(super) struct Writer {
     recent: HashMap<String, RecentIds>,
     lag: LagBytes,
     failure: Option<String>,
-    last_batch_len: usize,
     batch_buf: Vec<u8>,
     frame_buf: Vec<u8>,
     shared: Arc<Shared>,
@@ -82,7 +82,7 @@ impl Writer {
             pop: pop.to_owned(),
             segment_bytes: settings.segment_bytes,
             max_bytes: settings.max_bytes,
-            max_batch_delay: settings.max_batch_delay,
+            group: GroupCommit::new(settings.max_batch_delay),
             sync_delay: settings.sync_delay,
             segments: recovered.segments,
             active: recovered.active,
@@ -95,7 +95,6 @@ impl Writer {
             recent: recovered.recent,
             lag: recovered.lag,
             failure: None,
-            last_batch_len: 0,
             batch_buf: Vec::new(),
             frame_buf: Vec::new(),
             shared,
@@ -159,22 +158,18 @@ impl Writer {
         tracing::info!(durable_seq = writer.next_seq - 1, "spool writer stopped");
     }
 
-    /// With `max_batch_delay` set and concurrent senders (the last batch had company),
-    /// waits up to that long for this batch to grow as large as the last one. A lone
-    /// sender is never delayed. With 0 (the default) batches form on their own while the
-    /// previous fdatasync runs.
+    /// Takes more commands while the group-commit policy says the batch should grow.
     async fn linger(
         &self,
         commands: &mut mpsc::UnboundedReceiver<Command>,
         queued: &mut Vec<Command>,
     ) {
-        if self.max_batch_delay.is_zero() || self.last_batch_len <= 1 {
-            return;
-        }
-        let deadline = tokio::time::Instant::now() + self.max_batch_delay;
-        while queued.len() < self.last_batch_len.min(MAX_BATCH_RECORDS) {
-            let room = MAX_BATCH_RECORDS - queued.len();
-            match tokio::time::timeout_at(deadline, commands.recv_many(queued, room)).await {
+        let started = Instant::now();
+        while let Next::Wait { until, room } =
+            self.group.next(queued.len(), started, Instant::now())
+        {
+            let until = tokio::time::Instant::from_std(until);
+            match tokio::time::timeout_at(until, commands.recv_many(queued, room)).await {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
@@ -182,7 +177,7 @@ impl Writer {
     }
 
     fn commit(&mut self, appends: &[NewEvent]) -> Vec<Result<Appended, AppendError>> {
-        self.last_batch_len = appends.len();
+        self.group.committed(appends.len());
         if !self.shared.has_room() {
             let refused = vec![Err(AppendError::DiskFull); appends.len()];
             for outcome in &refused {
@@ -513,5 +508,3 @@ impl Writer {
 fn is_disk_full(error: &std::io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
-
-const MAX_BATCH_RECORDS: usize = 4096;
