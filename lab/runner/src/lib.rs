@@ -2,13 +2,14 @@
 //! network namespaces and run its services, `machine` boots Debian PoP machines into
 //! it, `sender` is the client's webhook load, `origin` reads what reached the origin
 //! queue, `prometheus` what the lab's Prometheus sees and `dashboard` the fleet's Grafana
-//! dashboard as queries.
+//! dashboard as queries; `readme` hands the README's example configs to the tests.
 
 pub mod dashboard;
 pub mod machine;
 pub mod netns;
 pub mod origin;
 pub mod prometheus;
+pub mod readme;
 pub mod runner;
 pub mod sender;
 pub mod topology;

@@ -1,0 +1,9 @@
+//! The README's edge-xdp config is real: it parses and validates as the loader's own file.
+
+#[test]
+fn the_readme_xdp_config_parses() {
+    let block = lab::readme::yaml_block("## XDP filter");
+    let config =
+        edge_xdp::config::Config::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
+    assert_eq!(config.interface, "eth0");
+}
