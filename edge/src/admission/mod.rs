@@ -11,6 +11,7 @@
 
 pub mod ledger;
 pub mod limiter;
+mod metrics;
 pub mod rate_limit;
 
 use std::collections::HashMap;
@@ -19,17 +20,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 use tokio::sync::oneshot;
 
 use ledger::{Ledger, ShedEntry};
 use limiter::{Decision, Limiter, Priority, ShedReason, Ticket};
 use rate_limit::{Rate, RateLimits, Source};
+
+pub use metrics::AdmissionMetrics;
 
 /// Settings of the `admission` config section.
 #[derive(Clone, Debug, PartialEq)]
@@ -385,106 +382,6 @@ fn spool_pressure(
     shed.then_some(ShedReason::SpoolPressure)
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ShedLabel {
-    priority: &'static str,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PriorityLabel {
-    priority: &'static str,
-}
-
-/// The admission metrics, under the names the ingress literature uses
-/// (`webhook_ingress_*`). Clones share the same series.
-#[derive(Clone, Debug)]
-pub struct AdmissionMetrics {
-    limit: Gauge,
-    inflight: Gauge,
-    shed: Family<ShedLabel, Counter>,
-    shed_after_body: Family<PriorityLabel, Counter>,
-    queue_delay: Histogram,
-    overloaded: Gauge,
-    /// Shed-ledger entries lost (hand-off full, file full of unshipped lines, write error).
-    pub ledger_dropped: Counter,
-}
-
-impl Default for AdmissionMetrics {
-    fn default() -> Self {
-        Self {
-            limit: Gauge::default(),
-            inflight: Gauge::default(),
-            shed: Family::default(),
-            shed_after_body: Family::default(),
-            // 0.25 ms to about 4 s.
-            queue_delay: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
-            overloaded: Gauge::default(),
-            ledger_dropped: Counter::default(),
-        }
-    }
-}
-
-impl AdmissionMetrics {
-    pub fn register(&self, registry: &mut Registry) {
-        let ingress = registry.sub_registry_with_prefix("webhook_ingress");
-        ingress.register(
-            "concurrency_limit",
-            "Adaptive concurrency limit (slots for verify + spool append + fsync)",
-            self.limit.clone(),
-        );
-        ingress.register(
-            "inflight_requests",
-            "Requests holding a slot",
-            self.inflight.clone(),
-        );
-        ingress.register(
-            "shed",
-            "Requests refused by admission control, by priority and reason (rate_limited is a 429, the rest 503)",
-            self.shed.clone(),
-        );
-        ingress.register(
-            "shed_after_body",
-            "Of those, refused only after their body was read (no slot then, or shed from the queue): bytes received for nothing",
-            self.shed_after_body.clone(),
-        );
-        ingress.register(
-            "queue_delay_seconds",
-            "Time spent waiting for a slot",
-            self.queue_delay.clone(),
-        );
-        ingress.register(
-            "shed_ledger_dropped",
-            "Refused requests with a delivery id that the shed ledger could not keep",
-            self.ledger_dropped.clone(),
-        );
-        ingress.register(
-            "overloaded",
-            "1 while the minimum wait for a slot stays above the target (CoDel)",
-            self.overloaded.clone(),
-        );
-    }
-
-    fn shed(&self, priority: Priority, reason: &'static str) {
-        self.shed
-            .get_or_create(&ShedLabel {
-                priority: priority.as_str(),
-                reason,
-            })
-            .inc();
-    }
-
-    /// A shed decided by [`Admission::acquire`], which runs once the body is in.
-    fn shed_after_body(&self, priority: Priority, reason: ShedReason) {
-        self.shed(priority, reason.as_str());
-        self.shed_after_body
-            .get_or_create(&PriorityLabel {
-                priority: priority.as_str(),
-            })
-            .inc();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -687,13 +584,6 @@ mod tests {
     }
 
     fn shed_after_body(admission: &Admission, priority: Priority) -> u64 {
-        let label = PriorityLabel {
-            priority: priority.as_str(),
-        };
-        admission
-            .metrics
-            .shed_after_body
-            .get_or_create(&label)
-            .get()
+        admission.metrics.shed_after_body_count(priority)
     }
 }
