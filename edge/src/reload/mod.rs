@@ -5,17 +5,16 @@
 //! that only change at a restart are named in a warning and keep their running values.
 //! Shared session-ticket keys are re-read on the same signal, and when their file changes.
 
+mod metrics;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use edge_kit::metrics::ResultLabel;
 use edge_kit::signals::Hangups;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+
+pub use metrics::ReloadMetrics;
 
 use crate::config;
 use crate::http::App;
@@ -147,36 +146,6 @@ impl Reloader {
                 tracing::error!(error = %format!("{e:#}"), "session ticket keys not reloaded; keeping the keys in use")
             }
         }
-    }
-}
-
-/// Reload metrics, registered under `edge_config_*`. Cheap to clone.
-#[derive(Clone, Debug, Default)]
-pub struct ReloadMetrics {
-    reloads: Family<ResultLabel, Counter>,
-    /// 1 at start, +1 per applied reload: which config a PoP runs, at a glance.
-    pub generation: Gauge,
-}
-
-impl ReloadMetrics {
-    /// Creates the metrics and registers them into `registry` (the `edge_` one).
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "config_reloads",
-            "Config reloads (SIGHUP), by result: ok, or failed (the running config kept)",
-            metrics.reloads.clone(),
-        );
-        registry.register(
-            "config_generation",
-            "Config generation: 1 at start, +1 per applied reload",
-            metrics.generation.clone(),
-        );
-        metrics
-    }
-
-    fn reloaded(&self, result: &'static str) {
-        self.reloads.get_or_create(&ResultLabel { result }).inc();
     }
 }
 

@@ -4,6 +4,8 @@
 //! connection takes the TLS config in force when it arrives, a request the routes in
 //! force when it starts, and both keep theirs to the end.
 
+mod metrics;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,11 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use edge_kit::metrics::Reason;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+pub use metrics::ConnectionMetrics;
 
 use crate::config::Settings;
 use crate::conn_limits::{Admitted, ConnId, ConnTable, ConnUsage};
@@ -392,65 +390,6 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.usage.request_ended(self.server.now_ms());
-    }
-}
-
-/// Connection-level metrics, registered under `edge_*`. Cheap to clone.
-#[derive(Clone, Debug, Default)]
-pub struct ConnectionMetrics {
-    open_connections: Gauge,
-    idle_connections: Gauge,
-    accept_errors: Family<Reason, Counter>,
-    connections_refused: Family<Reason, Counter>,
-    evicted: Counter,
-    tfo_accepted: Counter,
-}
-
-impl ConnectionMetrics {
-    /// Creates the metrics and registers them into `registry` (the `edge_` one).
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "open_connections",
-            "Client connections open",
-            metrics.open_connections.clone(),
-        );
-        registry.register(
-            "idle_connections",
-            "HTTP/1.1 connections waiting for a request with no HTTP buffers (of edge_open_connections)",
-            metrics.idle_connections.clone(),
-        );
-        registry.register(
-            "accept_errors",
-            "accept() failures, by reason",
-            metrics.accept_errors.clone(),
-        );
-        registry.register(
-            "connections_refused",
-            "Connections closed before TLS because a cap was reached, by cap",
-            metrics.connections_refused.clone(),
-        );
-        registry.register(
-            "connections_evicted",
-            "Idle connections closed at connections.max to let a new one in",
-            metrics.evicted.clone(),
-        );
-        registry.register(
-            "tfo_accepted",
-            "Accepted connections whose SYN carried data (TCP Fast Open)",
-            metrics.tfo_accepted.clone(),
-        );
-        metrics
-    }
-
-    fn refused(&self, reason: &'static str) {
-        self.connections_refused
-            .get_or_create(&Reason { reason })
-            .inc();
-    }
-
-    fn accept_error(&self, reason: &'static str) {
-        self.accept_errors.get_or_create(&Reason { reason }).inc();
     }
 }
 
