@@ -258,6 +258,7 @@ pub struct GuardConfig {
 }
 
 pub use edge_kit::config_file::ConfigErrors;
+use edge_kit::config_file::FieldErrors;
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
@@ -267,15 +268,8 @@ impl Config {
     /// Parses and validates YAML text; errors are `(field path, message)` pairs: the
     /// first that stops parsing, or every rule the parsed file breaks.
     pub fn parse(text: &str) -> Result<Config, Vec<(String, String)>> {
-        let config: Config =
-            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
-                .map_err(|e| vec![(e.path().to_string(), e.into_inner().to_string())])?;
-        let errors = config.validate();
-        if errors.is_empty() {
-            Ok(config)
-        } else {
-            Err(errors)
-        }
+        let config: Config = edge_kit::config_file::parse_yaml(text)?;
+        config.validate().into_result(|| config)
     }
 
     pub fn policy(&self) -> Policy {
@@ -319,11 +313,9 @@ impl Config {
         fields
     }
 
-    fn validate(&self) -> Vec<(String, String)> {
-        let mut errors = Vec::new();
-        let mut fail = |field: &str, message: &str| {
-            errors.push((field.to_owned(), message.to_owned()));
-        };
+    fn validate(&self) -> FieldErrors {
+        let mut errors = FieldErrors::default();
+        let mut fail = |field: &str, message: &str| errors.add(field, message);
         if self.prefixes.is_empty() {
             fail("prefixes", "must list at least one prefix");
         }
