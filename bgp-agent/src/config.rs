@@ -257,8 +257,8 @@ pub struct GuardConfig {
     pub max_veto: Duration,
 }
 
-pub use edge_kit::config_file::ConfigErrors;
 use edge_kit::config_file::FieldErrors;
+pub use edge_kit::config_file::{ConfigErrors, FieldError};
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
@@ -267,7 +267,7 @@ impl Config {
 
     /// Parses and validates YAML text; errors are `(field path, message)` pairs: the
     /// first that stops parsing, or every rule the parsed file breaks.
-    pub fn parse(text: &str) -> Result<Config, Vec<(String, String)>> {
+    pub fn parse(text: &str) -> Result<Config, Vec<FieldError>> {
         let config: Config = edge_kit::config_file::parse_yaml(text)?;
         config.validate().into_result(|| config)
     }
@@ -492,17 +492,18 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
     #[test]
     fn errors_name_the_field() {
         let first = |text: &str| Config::parse(text).unwrap_err().remove(0);
-        let (field, message) = first(&GOOD.replace("pop: fra1", "pop: fra1\nrisee: 3"));
+        let FieldError { field, message } =
+            first(&GOOD.replace("pop: fra1", "pop: fra1\nrisee: 3"));
         assert_eq!(field, "risee");
         assert!(message.contains("unknown field `risee`"), "{message}");
-        let (field, _) = first(&GOOD.replace("192.0.2.10/32", "192.0.2.300/32"));
+        let FieldError { field, .. } = first(&GOOD.replace("192.0.2.10/32", "192.0.2.300/32"));
         assert_eq!(field, "prefixes[0]");
-        let (field, _) = first(&GOOD.replace("class: shared", "class: global"));
+        let FieldError { field, .. } = first(&GOOD.replace("class: shared", "class: global"));
         assert_eq!(field, "checks[1].class");
-        let (field, _) = first(&GOOD.replace("kind: tcp,", "kind: tcp, urll: x,"));
+        let FieldError { field, .. } = first(&GOOD.replace("kind: tcp,", "kind: tcp, urll: x,"));
         assert_eq!(field, "checks[1].urll");
         let no_address = GOOD.replace("kind: tcp, address: \"127.0.0.1:4222\",", "kind: tcp,");
-        let (field, message) = first(&no_address);
+        let FieldError { field, message } = first(&no_address);
         assert_eq!(field, "checks[1]");
         assert!(message.contains("this kind needs `address`"), "{message}");
         let only_shared = GOOD
@@ -514,7 +515,7 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
                 "  - { name: maintenance, kind: file, path: /etc/edge/maintenance }\n",
                 "",
             );
-        assert_eq!(first(&only_shared).0, "checks");
+        assert_eq!(first(&only_shared).field, "checks");
     }
 
     #[test]
@@ -534,21 +535,21 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
             "speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/bird/bird.ctl }",
             "speaker: { kind: exabgp }",
         );
-        assert_eq!(errors(&exabgp)[0].0, "speaker.degraded");
+        assert_eq!(errors(&exabgp)[0].field, "speaker.degraded");
         let no_as = exabgp.replace(
             "{ kind: exabgp }",
             "{ kind: exabgp, degraded: { as_path_prepend: 2 } }",
         );
-        assert_eq!(errors(&no_as)[0].0, "speaker.local_as");
+        assert_eq!(errors(&no_as)[0].field, "speaker.local_as");
         let fine = exabgp.replace(
             "{ kind: exabgp }",
             "{ kind: exabgp, local_as: 65001, degraded: { as_path_prepend: 2 } }",
         );
         assert!(Config::parse(&fine).is_ok());
         let no_max = degrading.replace(", max: 0.5", "");
-        assert!(errors(&no_max)[0].1.contains("this kind needs `max`"));
+        assert!(errors(&no_max)[0].message.contains("this kind needs `max`"));
         let slow = GOOD.replace("pop: fra1", "pop: fra1\ngraceful_shutdown: { wait: 2m }");
-        assert_eq!(errors(&slow)[0].0, "graceful_shutdown.wait");
+        assert_eq!(errors(&slow)[0].field, "graceful_shutdown.wait");
         let off = GOOD.replace("pop: fra1", "pop: fra1\ngraceful_shutdown: null");
         assert!(Config::parse(&off).unwrap().graceful_shutdown.is_none());
     }
@@ -562,7 +563,7 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
         let fields: Vec<String> = Config::parse(&bad)
             .unwrap_err()
             .into_iter()
-            .map(|(field, _)| field)
+            .map(|e| e.field)
             .collect();
         assert_eq!(fields, ["rise", "fall", "fast_interval"]);
     }

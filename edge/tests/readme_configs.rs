@@ -45,7 +45,7 @@ fn the_readme_admission_defaults_are_the_defaults() {
     );
 }
 
-fn parse(text: &str, dir: &Path) -> Result<edge::config::Settings, Vec<(String, String)>> {
+fn parse(text: &str, dir: &Path) -> Result<edge::config::Settings, Vec<edge::config::FieldError>> {
     let files = edge::config::SecretFiles {
         credentials_dir: None,
         config_dir: Some(dir.to_owned()),

@@ -6,17 +6,17 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Reads `path` and hands its text to `parse`, which returns the settings or every
-/// `(field, message)` it found wrong.
+/// field it found wrong.
 pub fn load<T>(
     path: &Path,
-    parse: impl FnOnce(&str) -> Result<T, Vec<(String, String)>>,
+    parse: impl FnOnce(&str) -> Result<T, Vec<FieldError>>,
 ) -> Result<T, ConfigErrors> {
     let errors = |errors| ConfigErrors {
         file: path.to_owned(),
         errors,
     };
     let text = std::fs::read_to_string(path)
-        .map_err(|e| errors(vec![("(file)".to_owned(), e.to_string())]))?;
+        .map_err(|e| errors(vec![FieldError::new("(file)", e.to_string())]))?;
     parse(&text).map_err(errors)
 }
 
@@ -24,7 +24,7 @@ pub fn load<T>(
 /// reported with the path of the field (`routes[2].max_bdy`). The message of a field
 /// named in [`SECRET_FIELDS`] never shows the value it found: it ends up in journals
 /// and deployment logs.
-pub fn parse_yaml<R: serde::de::DeserializeOwned>(text: &str) -> Result<R, Vec<(String, String)>> {
+pub fn parse_yaml<R: serde::de::DeserializeOwned>(text: &str) -> Result<R, Vec<FieldError>> {
     let deserializer = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let field = match e.path().to_string() {
@@ -37,7 +37,7 @@ pub fn parse_yaml<R: serde::de::DeserializeOwned>(text: &str) -> Result<R, Vec<(
         } else {
             message
         };
-        vec![(field, message)]
+        vec![FieldError { field, message }]
     })
 }
 
@@ -63,19 +63,38 @@ fn without_value(message: &str) -> String {
     }
 }
 
-/// Collects every `(field, message)` a validation finds, so a file is refused with all
+/// One thing wrong in a config file: where, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// The field's path in the file (`routes[2].secrets`), or `(top level)`, `(file)`.
+    pub field: String,
+    /// What is wrong with it, never the value of a secret.
+    pub message: String,
+}
+
+impl FieldError {
+    /// `field` is wrong, and why.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Collects every [`FieldError`] a validation finds, so a file is refused with all
 /// its problems at once rather than one per attempt.
 #[derive(Debug, Default)]
-pub struct FieldErrors(Vec<(String, String)>);
+pub struct FieldErrors(Vec<FieldError>);
 
 impl FieldErrors {
     /// Records that `field` (its path in the file) is wrong, and why.
     pub fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push((field.into(), message.into()));
+        self.0.push(FieldError::new(field, message));
     }
 
     /// `value` when nothing was wrong, or every error.
-    pub fn into_result<T>(self, value: impl FnOnce() -> T) -> Result<T, Vec<(String, String)>> {
+    pub fn into_result<T>(self, value: impl FnOnce() -> T) -> Result<T, Vec<FieldError>> {
         if self.0.is_empty() {
             Ok(value())
         } else {
@@ -89,17 +108,23 @@ impl FieldErrors {
 pub struct ConfigErrors {
     /// The file read.
     pub file: PathBuf,
-    /// Every `(field path, message)`.
-    pub errors: Vec<(String, String)>,
+    /// Every field found wrong.
+    pub errors: Vec<FieldError>,
 }
 
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, (field, message)) in self.errors.iter().enumerate() {
+        for (i, error) in self.errors.iter().enumerate() {
             if i > 0 {
                 writeln!(f)?;
             }
-            write!(f, "{}: {field}: {message}", self.file.display())?;
+            write!(
+                f,
+                "{}: {}: {}",
+                self.file.display(),
+                error.field,
+                error.message
+            )?;
         }
         Ok(())
     }
@@ -133,14 +158,14 @@ mod tests {
             "routes: [{secrets: {hunter2-map: 1}}]",
         ] {
             let errors = parse_yaml::<Raw>(text).unwrap_err();
-            let (field, message) = &errors[0];
+            let FieldError { field, message } = &errors[0];
             assert!(field.starts_with("routes[0].secrets"), "{errors:?}");
             assert!(!message.contains("hunter2"), "{errors:?}");
             assert!(message.contains("not shown"), "{errors:?}");
         }
         let errors = parse_yaml::<Raw>("routes: [{secrets: [], max: lots}]").unwrap_err();
         assert!(
-            errors[0].1.contains("lots"),
+            errors[0].message.contains("lots"),
             "other fields keep their detail: {errors:?}"
         );
     }
@@ -153,8 +178,8 @@ mod tests {
         std::fs::write(&path, "a: 1").unwrap();
         let refused = load(&path, |_| -> Result<(), _> {
             Err(vec![
-                ("a".to_owned(), "too small".to_owned()),
-                ("b".to_owned(), "missing".to_owned()),
+                FieldError::new("a", "too small"),
+                FieldError::new("b", "missing"),
             ])
         })
         .unwrap_err();
@@ -164,7 +189,7 @@ mod tests {
             format!("{file}: a: too small\n{file}: b: missing")
         );
         let missing = load(&dir.join("none.yaml"), |_| Ok(())).unwrap_err();
-        assert_eq!(missing.errors[0].0, "(file)");
+        assert_eq!(missing.errors[0].field, "(file)");
         assert_eq!(load(&path, |text| Ok(text.len())).unwrap(), 4);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -22,8 +22,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use backhaul::{BackhaulSettings, ClientTls, HttpSinkSettings, NatsSettings, SinkSettings};
-pub use edge_kit::config_file::ConfigErrors;
 use edge_kit::config_file::FieldErrors;
+pub use edge_kit::config_file::{ConfigErrors, FieldError};
 pub use http::HttpSettings;
 pub use listener::ListenerSettings;
 pub use routes::{EarlyDataPolicy, Route, SecretFiles, default_priority};
@@ -68,12 +68,12 @@ pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
 
 /// Parses and validates YAML text; errors are `(field path, message)` pairs. A relative
 /// `secrets_file` is read under `$CREDENTIALS_DIRECTORY` or the working directory.
-pub fn parse(text: &str) -> Result<Settings, Vec<(String, String)>> {
+pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
     parse_with(text, &SecretFiles::for_config(None))
 }
 
 /// [`parse`], with `secrets_file`s looked for where `files` says.
-pub fn parse_with(text: &str, files: &SecretFiles) -> Result<Settings, Vec<(String, String)>> {
+pub fn parse_with(text: &str, files: &SecretFiles) -> Result<Settings, Vec<FieldError>> {
     edge_kit::config_file::parse_yaml::<RawConfig>(text)?.validate(files)
 }
 
@@ -151,7 +151,7 @@ struct RawConfig {
 }
 
 impl RawConfig {
-    fn validate(self, files: &SecretFiles) -> Result<Settings, Vec<(String, String)>> {
+    fn validate(self, files: &SecretFiles) -> Result<Settings, Vec<FieldError>> {
         let mut errors = FieldErrors::default();
         let pop_ok = !self.pop.is_empty()
             && self.pop.len() <= 64
@@ -236,7 +236,7 @@ routes:
     hmac: { header: X-Signature, algorithm: sha512, encoding: base64, prefix: "sha512=" }
 "#;
 
-    fn errors_of(text: &str) -> Vec<(String, String)> {
+    fn errors_of(text: &str) -> Vec<FieldError> {
         parse(text).expect_err("config should be rejected")
     }
 
@@ -277,7 +277,7 @@ routes:
         assert_eq!(replicas(&with(", replicas: 3")), 3);
         for bad in [", replicas: 0", ", replicas: 6"] {
             let errors = errors_of(&with(bad));
-            assert_eq!(errors[0].0, "backhaul.nats.replicas", "{errors:?}");
+            assert_eq!(errors[0].field, "backhaul.nats.replicas", "{errors:?}");
         }
     }
 
@@ -297,7 +297,7 @@ routes:
         for bad in ["_INBOX.>", "_INBOX.*.x", "_INBOX..x", "_INBOX.", "a b", ""] {
             let errors = errors_of(&with(&format!(", inbox_prefix: \"{bad}\"")));
             assert_eq!(
-                errors[0].0, "backhaul.nats.inbox_prefix",
+                errors[0].field, "backhaul.nats.inbox_prefix",
                 "{bad}: {errors:?}"
             );
         }
@@ -332,9 +332,9 @@ routes:
             "    max_body: 1MiB\n    max_bdy: 2MiB",
         );
         let errors = errors_of(&text);
-        assert_eq!(errors[0].0, "routes[0].max_bdy");
+        assert_eq!(errors[0].field, "routes[0].max_bdy");
         assert!(
-            errors[0].1.contains("unknown field `max_bdy`"),
+            errors[0].message.contains("unknown field `max_bdy`"),
             "{errors:?}"
         );
     }
@@ -348,7 +348,7 @@ routes:
                 r#"["not-whsec"]"#,
             )
             .replace("path: /hooks/shopify", "path: /hooks/github");
-        let fields: Vec<String> = errors_of(&text).into_iter().map(|(f, _)| f).collect();
+        let fields: Vec<String> = errors_of(&text).into_iter().map(|e| e.field).collect();
         assert!(
             fields.contains(&"routes[1].secrets".to_owned()),
             "{fields:?}"
@@ -373,13 +373,13 @@ routes:
             ("max_headers: 0", "http.max_headers"),
         ] {
             let errors = errors_of(&with(bad));
-            assert_eq!(errors[0].0, field, "{bad}: {errors:?}");
+            assert_eq!(errors[0].field, field, "{bad}: {errors:?}");
         }
         let long_name = GOOD.replace(
             "    provider: shopify",
             &format!("    provider: shopify\n    name: {}", "n".repeat(129)),
         );
-        assert_eq!(errors_of(&long_name)[0].0, "routes[2].name");
+        assert_eq!(errors_of(&long_name)[0].field, "routes[2].name");
     }
 
     #[test]
@@ -393,8 +393,8 @@ routes:
         };
         assert!(parse(&secrets(8)).is_ok());
         let errors = errors_of(&secrets(9));
-        assert_eq!(errors[0].0, "routes[0].secrets", "{errors:?}");
-        assert!(errors[0].1.contains("at most 8"), "{errors:?}");
+        assert_eq!(errors[0].field, "routes[0].secrets", "{errors:?}");
+        assert!(errors[0].message.contains("at most 8"), "{errors:?}");
     }
 
     #[test]
@@ -419,36 +419,39 @@ routes:
         assert!(parse_with(&text, &from(None, Some(dir.path()))).is_ok());
 
         let errors = parse_with(&text, &from(Some(Path::new("/nonexistent")), None)).unwrap_err();
-        assert_eq!(errors[0].0, "routes[0].secrets_file", "{errors:?}");
-        assert!(errors[0].1.contains("/nonexistent/github"), "{errors:?}");
+        assert_eq!(errors[0].field, "routes[0].secrets_file", "{errors:?}");
+        assert!(
+            errors[0].message.contains("/nonexistent/github"),
+            "{errors:?}"
+        );
         std::fs::write(dir.path().join("empty"), "# none yet\n").unwrap();
         let empty = text.replace("secrets_file: github", "secrets_file: empty");
         let errors = parse_with(&empty, &from(Some(dir.path()), None)).unwrap_err();
-        assert_eq!(errors[0].0, "routes[0].secrets_file", "{errors:?}");
+        assert_eq!(errors[0].field, "routes[0].secrets_file", "{errors:?}");
         let both = text.replace(
             "secrets_file: github",
             "secrets_file: github\n    secrets: [x]",
         );
         let errors = parse_with(&both, &from(Some(dir.path()), None)).unwrap_err();
-        assert_eq!(errors[0].0, "routes[0].secrets_file", "{errors:?}");
+        assert_eq!(errors[0].field, "routes[0].secrets_file", "{errors:?}");
     }
 
     #[test]
     fn a_secret_of_the_wrong_type_is_named_not_echoed() {
         let text = GOOD.replace(r#"["s3cret", "old-s3cret"]"#, r#""hunter2-in-the-log""#);
         let errors = errors_of(&text);
-        assert_eq!(errors[0].0, "routes[0].secrets", "{errors:?}");
-        assert!(!errors[0].1.contains("hunter2"), "{errors:?}");
+        assert_eq!(errors[0].field, "routes[0].secrets", "{errors:?}");
+        assert!(!errors[0].message.contains("hunter2"), "{errors:?}");
     }
 
     #[test]
     fn type_errors_name_the_field() {
         let errors = errors_of(&GOOD.replace("max_bytes: 8GiB", "max_bytes: lots"));
-        assert_eq!(errors[0].0, "spool.max_bytes");
+        assert_eq!(errors[0].field, "spool.max_bytes");
         let errors = errors_of(&GOOD.replace("provider: shopify", "provider: paypal"));
-        assert_eq!(errors[0].0, "routes[2].provider");
+        assert_eq!(errors[0].field, "routes[2].provider");
         let errors = errors_of(&GOOD.replace("max_batch_delay: 1ms", "max_batch_delay: soon"));
-        assert_eq!(errors[0].0, "spool.max_batch_delay");
+        assert_eq!(errors[0].field, "spool.max_batch_delay");
     }
 
     #[test]
@@ -463,7 +466,10 @@ routes:
         assert_eq!(parse(&with("16KiB")).unwrap().http.h2_stream_window, 16384);
         for bad in ["1KiB", "2GiB"] {
             let errors = errors_of(&with(bad));
-            assert_eq!(errors[0].0, "http.h2_stream_window", "{bad}: {errors:?}");
+            assert_eq!(
+                errors[0].field, "http.h2_stream_window",
+                "{bad}: {errors:?}"
+            );
         }
     }
 
@@ -474,14 +480,12 @@ routes:
         let errors =
             errors_of(&GOOD.replace("segment_bytes: 64MiB", &format!("segment_bytes: {huge}")));
         assert!(
-            errors.iter().any(|(field, _)| field == "spool.max_bytes"),
+            errors.iter().any(|e| e.field == "spool.max_bytes"),
             "{errors:?}"
         );
         let errors = errors_of(&GOOD.replace("max_body: 1MiB", &format!("max_body: {huge}")));
         assert!(
-            errors
-                .iter()
-                .any(|(field, _)| field == "routes[0].max_body"),
+            errors.iter().any(|e| e.field == "routes[0].max_body"),
             "{errors:?}"
         );
     }
@@ -489,12 +493,12 @@ routes:
     #[test]
     fn tls_identity_rules() {
         let errors = errors_of(&GOOD.replace("  self_signed: true\n", ""));
-        assert_eq!(errors[0].0, "tls.cert");
+        assert_eq!(errors[0].field, "tls.cert");
         let errors = errors_of(&GOOD.replace(
             "  self_signed: true\n",
             "  self_signed: true\n  cert: /a.pem\n",
         ));
-        assert_eq!(errors[0].0, "tls.self_signed");
+        assert_eq!(errors[0].field, "tls.self_signed");
     }
 
     #[test]
@@ -523,13 +527,13 @@ routes:
             1,
         );
         let errors = errors_of(&shared);
-        assert_eq!(errors[0].0, "tls.early_data.enabled");
-        assert!(errors[0].1.contains("single-use"), "{errors:?}");
+        assert_eq!(errors[0].field, "tls.early_data.enabled");
+        assert!(errors[0].message.contains("single-use"), "{errors:?}");
 
         let errors = errors_of(&on.replace("max_bytes: 32KiB", "max_bytes: 0B"));
-        assert_eq!(errors[0].0, "tls.early_data.max_bytes");
+        assert_eq!(errors[0].field, "tls.early_data.max_bytes");
         let errors = errors_of(&on.replace("early_data: accept", "early_data: maybe"));
-        assert_eq!(errors[0].0, "routes[0].early_data");
+        assert_eq!(errors[0].field, "routes[0].early_data");
     }
 
     #[test]
@@ -538,14 +542,14 @@ routes:
             r#"    hmac: { header: X-Signature, algorithm: sha512, encoding: base64, prefix: "sha512=" }"#,
             "",
         ));
-        assert_eq!(errors[0].0, "routes[4].hmac");
+        assert_eq!(errors[0].field, "routes[4].hmac");
         let errors = errors_of(&GOOD.replace(
             "    max_body: 1MiB",
             "    max_body: 1MiB\n    ack_status: 302",
         ));
-        assert_eq!(errors[0].0, "routes[0].ack_status");
+        assert_eq!(errors[0].field, "routes[0].ack_status");
         let errors = errors_of(&GOOD.replace("max_body: 1MiB", "max_body: 64MiB"));
-        assert_eq!(errors[0].0, "routes[0].max_body");
+        assert_eq!(errors[0].field, "routes[0].max_body");
     }
 
     #[test]

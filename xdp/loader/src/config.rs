@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-pub use edge_kit::config_file::ConfigErrors;
 use edge_kit::config_file::FieldErrors;
+pub use edge_kit::config_file::{ConfigErrors, FieldError};
 use ipnet::IpNet;
 use serde::Deserialize;
 use xdp_common::{MAX_BURST, MAX_PROTECTED, MAX_RATE};
@@ -61,7 +61,7 @@ impl Config {
     }
 
     /// Parses and validates YAML text; errors are every `(field path, message)` found.
-    pub fn parse(text: &str) -> Result<Config, Vec<(String, String)>> {
+    pub fn parse(text: &str) -> Result<Config, Vec<FieldError>> {
         let config: Config = edge_kit::config_file::parse_yaml(text)?;
         let mut errors = FieldErrors::default();
         if config.protected.is_empty() {
@@ -123,9 +123,12 @@ mod tests {
             "pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/33]\n",
         )
         .unwrap_err();
-        assert_eq!(errors[0].0, "protected[0]");
+        assert_eq!(errors[0].field, "protected[0]");
         let errors = Config::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/24]\nmod: skb\n").unwrap_err();
-        assert!(errors[0].1.contains("unknown field `mod`"), "{errors:?}");
+        assert!(
+            errors[0].message.contains("unknown field `mod`"),
+            "{errors:?}"
+        );
     }
 
     #[test]
@@ -136,7 +139,7 @@ mod tests {
              icmp_rate: { per_second: 1, burst: 2000000000 }\n",
         )
         .unwrap_err();
-        let fields: Vec<&str> = errors.iter().map(|(field, _)| field.as_str()).collect();
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["protected", "syn_rate", "icmp_rate"]);
     }
 }
