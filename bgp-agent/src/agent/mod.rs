@@ -50,7 +50,7 @@ pub struct Status {
     pub checks: Vec<Outcome>,
 }
 
-pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
+pub async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&config.pop));
     let speaker = Speaker::new(
         &config.speaker,
@@ -88,55 +88,26 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
     let watchdog = Watchdog::from_env();
     watchdog.ready();
 
-    let mut agent = Agent::new(
+    let agent = Agent::new(
         config.policy(),
         config.guard.is_some(),
         config.graceful_shutdown.clone(),
     );
-    let mut checks = CheckRunner::new(config.checks.len());
-    let mut guard = Guard::default();
-    let origin = Instant::now();
+    let mut runner = Runner {
+        checks: CheckRunner::new(config.checks.len()),
+        config,
+        agent,
+        guard: Guard::default(),
+        announcer,
+        metrics,
+        status,
+        watchdog,
+        origin: Instant::now(),
+    };
     let mut signals = Signals::new()?;
-    tracing::info!(prefixes = ?config.prefixes, speaker = announcer.speaker.kind(), "bgp-agent started withdrawn");
+    tracing::info!(prefixes = ?runner.config.prefixes, speaker = runner.announcer.speaker.kind(), "bgp-agent started withdrawn");
     loop {
-        let pending = agent.change_pending();
-        let outcomes = checks.run_due(&config, pending, &metrics).await;
-        let now = origin.elapsed();
-        let mut round = agent.round(
-            now,
-            checks::local_health(&outcomes),
-            config.drain_flag().exists(),
-        );
-        if round.drain_changed {
-            tracing::warn!(drained = agent.drained(), "drain flag changed");
-        }
-        if let Some(degraded) = agent.observe_degrade(now, checks::degrade_health(&outcomes)) {
-            tracing::warn!(
-                degraded,
-                "degrade checks changed how the route is preferred"
-            );
-        }
-        if !round.ask_guard {
-            guard.clear();
-        } else if let Some(config) = &config.guard
-            && !guard_allows(&mut guard, config, now, &metrics).await
-        {
-            agent.veto();
-            round.change = None;
-        }
-        status.lock().expect("status lock").guard_vetoing = guard.vetoing();
-        if let Some(change) = round.change {
-            record_change(change, &agent, now, &metrics, &status);
-        }
-        announcer.carry(agent.advert()).await;
-        publish(&agent, now, outcomes, &metrics, &status);
-        watchdog.alive();
-
-        let pause = watchdog.bound(if agent.change_pending() {
-            config.fast_interval
-        } else {
-            config.interval
-        });
+        let pause = runner.tick().await;
         let signal = tokio::select! {
             _ = tokio::time::sleep(pause) => continue,
             signal = signals.next() => signal,
@@ -144,35 +115,111 @@ pub async fn run(path: PathBuf, mut config: Config) -> anyhow::Result<()> {
         if signal != Signal::Hangup {
             break;
         }
-        if let Some(reloaded) = reload(&path, &config, &metrics) {
-            config = reloaded;
-            agent.reconfigure(
-                config.policy(),
-                config.guard.is_some(),
-                config.graceful_shutdown.clone(),
+        runner.reload(&path);
+    }
+    runner.exit(&mut signals).await;
+    tracing::info!("bgp-agent stopped");
+    Ok(())
+}
+
+/// The agent's state between rounds, and what a round talks to.
+struct Runner {
+    config: Config,
+    agent: Agent,
+    checks: CheckRunner,
+    guard: Guard,
+    announcer: Announcer,
+    metrics: Arc<Metrics>,
+    status: Arc<Mutex<Status>>,
+    watchdog: Watchdog,
+    /// The agent's clock starts here; the pure cores take durations since.
+    origin: Instant,
+}
+
+impl Runner {
+    /// One round: run the due checks, decide (asking the peer guard before a health
+    /// withdraw), make the speaker carry the decision, publish it. Returns how long to
+    /// pause before the next round.
+    async fn tick(&mut self) -> std::time::Duration {
+        let pending = self.agent.change_pending();
+        let outcomes = self
+            .checks
+            .run_due(&self.config, pending, &self.metrics)
+            .await;
+        let now = self.origin.elapsed();
+        let mut round = self.agent.round(
+            now,
+            checks::local_health(&outcomes),
+            self.config.drain_flag().exists(),
+        );
+        if round.drain_changed {
+            tracing::warn!(drained = self.agent.drained(), "drain flag changed");
+        }
+        if let Some(degraded) = self
+            .agent
+            .observe_degrade(now, checks::degrade_health(&outcomes))
+        {
+            tracing::warn!(
+                degraded,
+                "degrade checks changed how the route is preferred"
             );
-            checks = CheckRunner::new(config.checks.len());
+        }
+        if !round.ask_guard {
+            self.guard.clear();
+        } else if let Some(config) = &self.config.guard
+            && !guard_allows(&mut self.guard, config, now, &self.metrics).await
+        {
+            self.agent.veto();
+            round.change = None;
+        }
+        self.status.lock().expect("status lock").guard_vetoing = self.guard.vetoing();
+        if let Some(change) = round.change {
+            record_change(change, &self.agent, now, &self.metrics, &self.status);
+        }
+        self.announcer.carry(self.agent.advert()).await;
+        publish(&self.agent, now, outcomes, &self.metrics, &self.status);
+        self.watchdog.alive();
+        self.watchdog.bound(if self.agent.change_pending() {
+            self.config.fast_interval
+        } else {
+            self.config.interval
+        })
+    }
+
+    /// SIGHUP: the file re-read; checks, timers and the guard change live.
+    fn reload(&mut self, path: &Path) {
+        if let Some(reloaded) = reload(path, &self.config, &self.metrics) {
+            self.config = reloaded;
+            self.agent.reconfigure(
+                self.config.policy(),
+                self.config.guard.is_some(),
+                self.config.graceful_shutdown.clone(),
+            );
+            self.checks = CheckRunner::new(self.config.checks.len());
         }
     }
-    if config.withdraw_on_exit {
-        if let Some(wait) = agent.exit_wait(origin.elapsed()) {
+
+    /// SIGTERM or SIGINT: with `withdraw_on_exit`, leave gracefully (65535:0 first when
+    /// configured; a second signal cuts that short), then withdraw.
+    async fn exit(mut self, signals: &mut Signals) {
+        if !self.config.withdraw_on_exit {
+            return;
+        }
+        if let Some(wait) = self.agent.exit_wait(self.origin.elapsed()) {
             tracing::info!(
                 ?wait,
                 "graceful shutdown before exit: announcing with 65535:0"
             );
-            announcer.carry(Advert::GracefulShutdown).await;
-            publish_route(Advert::GracefulShutdown, &status);
-            // A second signal cuts the wait short.
+            self.announcer.carry(Advert::GracefulShutdown).await;
+            publish_route(Advert::GracefulShutdown, &self.status);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = signals.next() => tracing::warn!("second signal: withdrawing now"),
             }
         }
         tracing::info!("withdrawing before exit");
-        announcer.carry(Advert::Withdrawn).await;
+        self.announcer.carry(Advert::Withdrawn).await;
     }
-    tracing::info!("bgp-agent stopped");
-    Ok(())
 }
 
 impl Status {
