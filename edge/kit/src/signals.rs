@@ -106,39 +106,34 @@ mod tests {
     /// the handlers exist.
     #[test]
     fn a_held_signal_is_handled_once_listened_for() {
-        // On a thread of its own: the mask is per thread, and raise() aims at the caller.
-        std::thread::spawn(|| {
-            hold().unwrap();
-            nix::sys::signal::raise(Raw::SIGHUP).unwrap();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                let mut signals = Signals::new().unwrap();
-                let first = tokio::time::timeout(Duration::from_secs(5), signals.next()).await;
-                assert_eq!(first.ok(), Some(Signal::Hangup));
-            });
-        })
-        .join()
-        .unwrap();
+        after_a_held_sighup(|| async {
+            let mut signals = Signals::new().unwrap();
+            let first = tokio::time::timeout(Duration::from_secs(5), signals.next()).await;
+            assert_eq!(first.ok(), Some(Signal::Hangup));
+        });
     }
 
     #[test]
     fn taken_hangups_get_what_came_before() {
+        after_a_held_sighup(|| async {
+            let mut signals = Signals::new().unwrap();
+            let mut hangups = signals.take_hangups().unwrap();
+            let got = tokio::time::timeout(Duration::from_secs(5), hangups.next()).await;
+            assert!(got.is_ok(), "the SIGHUP sent before Signals::new was lost");
+        });
+    }
+
+    /// Runs `check` on a runtime, on a thread of its own (the mask is per thread, and
+    /// raise() aims at the caller) that held the signals and then got a SIGHUP.
+    fn after_a_held_sighup<F: Future<Output = ()>>(check: impl FnOnce() -> F + Send + 'static) {
         std::thread::spawn(|| {
             hold().unwrap();
             nix::sys::signal::raise(Raw::SIGHUP).unwrap();
-            let runtime = tokio::runtime::Builder::new_current_thread()
+            tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .unwrap();
-            runtime.block_on(async {
-                let mut signals = Signals::new().unwrap();
-                let mut hangups = signals.take_hangups().unwrap();
-                let got = tokio::time::timeout(Duration::from_secs(5), hangups.next()).await;
-                assert!(got.is_ok(), "the SIGHUP sent before Signals::new was lost");
-            });
+                .unwrap()
+                .block_on(check());
         })
         .join()
         .unwrap();

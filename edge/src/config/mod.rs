@@ -264,17 +264,9 @@ routes:
 
     #[test]
     fn stream_replicas_stay_within_jetstream_limits() {
-        let with = |replicas: &str| {
-            format!(
-                "{GOOD}backhaul:\n  sink: nats\n  nats: {{ servers: [\"nats://127.0.0.1:4222\"], stream: S, create: true{replicas} }}\n"
-            )
-        };
-        let replicas = |text: &str| match parse(text).unwrap().backhaul.unwrap().sink {
-            SinkSettings::Nats(nats) => nats.replicas,
-            SinkSettings::Http(_) => unreachable!("a nats sink"),
-        };
-        assert_eq!(replicas(&with("")), 1);
-        assert_eq!(replicas(&with(", replicas: 3")), 3);
+        let with = |replicas: &str| with_nats(&format!(", create: true{replicas}"));
+        assert_eq!(nats_of(&with("")).replicas, 1);
+        assert_eq!(nats_of(&with(", replicas: 3")).replicas, 3);
         for bad in [", replicas: 0", ", replicas: 6"] {
             let errors = errors_of(&with(bad));
             assert_eq!(errors[0].field, "backhaul.nats.replicas", "{errors:?}");
@@ -283,23 +275,29 @@ routes:
 
     #[test]
     fn each_pop_reads_replies_in_an_inbox_of_its_own() {
-        let with = |prefix: &str| {
-            format!(
-                "{GOOD}backhaul:\n  sink: nats\n  nats: {{ servers: [\"nats://127.0.0.1:4222\"], stream: S{prefix} }}\n"
-            )
-        };
-        let prefix = |text: &str| match parse(text).unwrap().backhaul.unwrap().sink {
-            SinkSettings::Nats(nats) => nats.inbox_prefix,
-            SinkSettings::Http(_) => unreachable!("a nats sink"),
-        };
-        assert_eq!(prefix(&with("")), "_INBOX.{pop}");
-        assert_eq!(prefix(&with(", inbox_prefix: _R.fra1")), "_R.fra1");
+        assert_eq!(nats_of(&with_nats("")).inbox_prefix, "_INBOX.{pop}");
+        let custom = with_nats(", inbox_prefix: _R.fra1");
+        assert_eq!(nats_of(&custom).inbox_prefix, "_R.fra1");
         for bad in ["_INBOX.>", "_INBOX.*.x", "_INBOX..x", "_INBOX.", "a b", ""] {
-            let errors = errors_of(&with(&format!(", inbox_prefix: \"{bad}\"")));
+            let errors = errors_of(&with_nats(&format!(", inbox_prefix: \"{bad}\"")));
             assert_eq!(
                 errors[0].field, "backhaul.nats.inbox_prefix",
                 "{bad}: {errors:?}"
             );
+        }
+    }
+
+    /// The test config with a NATS backhaul, `extra` added to its `nats` mapping.
+    fn with_nats(extra: &str) -> String {
+        format!(
+            "{GOOD}backhaul:\n  sink: nats\n  nats: {{ servers: [\"nats://127.0.0.1:4222\"], stream: S{extra} }}\n"
+        )
+    }
+
+    fn nats_of(text: &str) -> NatsSettings {
+        match parse(text).unwrap().backhaul.unwrap().sink {
+            SinkSettings::Nats(nats) => nats,
+            SinkSettings::Http(_) => unreachable!("a nats sink"),
         }
     }
 
