@@ -15,7 +15,7 @@ use crate::config::GracefulShutdownConfig;
 use crate::hysteresis::{Change, Degradation, Machine, Policy, Route, Time, Why};
 use crate::speaker::Advert;
 
-pub struct Agent {
+pub(super) struct Agent {
     machine: Machine,
     drained: bool,
     /// Whether a peer guard is configured: health withdraws then need its word.
@@ -28,7 +28,7 @@ pub struct Agent {
 
 /// What one round decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Round {
+pub(super) struct Round {
     pub change: Option<Change>,
     /// The drain flag changed this round.
     pub drain_changed: bool,
@@ -37,7 +37,11 @@ pub struct Round {
 }
 
 impl Agent {
-    pub fn new(policy: Policy, guarded: bool, graceful: Option<GracefulShutdownConfig>) -> Self {
+    pub(super) fn new(
+        policy: Policy,
+        guarded: bool,
+        graceful: Option<GracefulShutdownConfig>,
+    ) -> Self {
         Self {
             machine: Machine::new(policy),
             drained: false,
@@ -51,7 +55,7 @@ impl Agent {
     /// Feeds this round's degrade checks (`ok`: all passed); returns whether the PoP is
     /// now degraded when that changed. Hysteresis only while announced: a route comes
     /// up with the checks' latest word.
-    pub fn observe_degrade(&mut self, now: Time, ok: bool) -> Option<bool> {
+    pub(super) fn observe_degrade(&mut self, now: Time, ok: bool) -> Option<bool> {
         match self.machine.route() {
             Route::Announced => {
                 let policy = self.machine.policy().clone();
@@ -61,7 +65,7 @@ impl Agent {
         }
     }
 
-    pub fn round(&mut self, now: Time, healthy: bool, drain_requested: bool) -> Round {
+    pub(super) fn round(&mut self, now: Time, healthy: bool, drain_requested: bool) -> Round {
         let drain_changed = drain_requested != self.drained;
         let mut change = None;
         if drain_changed {
@@ -87,14 +91,14 @@ impl Agent {
     }
 
     /// The guard refused this round's withdraw: the route stays announced.
-    pub fn veto(&mut self) {
+    pub(super) fn veto(&mut self) {
         self.machine.withdraw_vetoed();
         self.leaving_until = None;
     }
 
     /// A reload: new timers and thresholds, whether a guard is now configured, and the
     /// graceful shutdown (a wait under way keeps its end).
-    pub fn reconfigure(
+    pub(super) fn reconfigure(
         &mut self,
         policy: Policy,
         guarded: bool,
@@ -106,7 +110,7 @@ impl Agent {
     }
 
     /// What BGP should carry now.
-    pub fn advert(&self) -> Advert {
+    pub(super) fn advert(&self) -> Advert {
         match (self.machine.route(), self.leaving_until) {
             (Route::Announced, _) if self.degradation.degraded() => Advert::Degraded,
             (Route::Announced, _) => Advert::Announced,
@@ -116,13 +120,13 @@ impl Agent {
     }
 
     /// True when the next round may change what BGP carries (the agent re-checks faster).
-    pub fn change_pending(&self) -> bool {
+    pub(super) fn change_pending(&self) -> bool {
         self.machine.change_pending() || self.leaving_until.is_some() || self.degradation.pending()
     }
 
     /// On exit: how long to announce with GRACEFUL_SHUTDOWN before the last withdraw
     /// (`None`: withdraw at once). A wait under way keeps its end.
-    pub fn exit_wait(&self, now: Time) -> Option<Duration> {
+    pub(super) fn exit_wait(&self, now: Time) -> Option<Duration> {
         match self.advert() {
             Advert::Announced | Advert::Degraded => self.graceful.as_ref().map(|g| g.wait),
             Advert::GracefulShutdown => self.leaving_until.map(|until| until.saturating_sub(now)),
@@ -130,15 +134,15 @@ impl Agent {
         }
     }
 
-    pub fn why(&self) -> Why {
+    pub(super) fn why(&self) -> Why {
         self.machine.why()
     }
 
-    pub fn drained(&self) -> bool {
+    pub(super) fn drained(&self) -> bool {
         self.drained
     }
 
-    pub fn machine(&self) -> &Machine {
+    pub(super) fn machine(&self) -> &Machine {
         &self.machine
     }
 }

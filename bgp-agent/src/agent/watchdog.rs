@@ -13,13 +13,13 @@ use sd_notify::NotifyState;
 
 /// The watchdog the service manager set, if any.
 #[derive(Clone, Copy, Debug)]
-pub struct Watchdog {
+pub(super) struct Watchdog {
     period: Option<Duration>,
 }
 
 impl Watchdog {
     /// From `WATCHDOG_USEC`.
-    pub fn from_env() -> Self {
+    pub(super) fn from_env() -> Self {
         let period = std::env::var("WATCHDOG_USEC")
             .ok()
             .and_then(|usec| usec.parse().ok())
@@ -29,19 +29,19 @@ impl Watchdog {
     }
 
     /// The agent has withdrawn and is deciding: `Type=notify` units count as started.
-    pub fn ready(&self) {
+    pub(super) fn ready(&self) {
         notify(NotifyState::Ready);
     }
 
     /// One round done.
-    pub fn alive(&self) {
+    pub(super) fn alive(&self) {
         if self.period.is_some() {
             notify(NotifyState::Watchdog);
         }
     }
 
     /// `pause`, short enough that a healthy agent pings several times per period.
-    pub fn bound(&self, pause: Duration) -> Duration {
+    pub(super) fn bound(&self, pause: Duration) -> Duration {
         self.period.map_or(pause, |period| pause.min(period / 4))
     }
 }

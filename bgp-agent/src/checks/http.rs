@@ -3,7 +3,7 @@
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 
-pub async fn get_2xx(url: &str) -> Result<String, String> {
+pub(super) async fn get_2xx(url: &str) -> Result<String, String> {
     let (status, body) = get(url, 4096).await?;
     if status.is_success() {
         Ok(format!("{status}"))
@@ -13,7 +13,7 @@ pub async fn get_2xx(url: &str) -> Result<String, String> {
 }
 
 /// GET `url`; the status and up to `limit` bytes of the body.
-pub async fn get(url: &str, limit: usize) -> Result<(http::StatusCode, String), String> {
+pub(super) async fn get(url: &str, limit: usize) -> Result<(http::StatusCode, String), String> {
     let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
     let host = uri.host().ok_or_else(|| format!("{url}: no host"))?;
     let port = uri.port_u16().unwrap_or(80);

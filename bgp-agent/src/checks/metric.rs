@@ -3,7 +3,7 @@
 
 /// `Ok` with the largest sample when all are within `max`; `Err` naming the first
 /// sample over it, or the metric's absence.
-pub fn at_most(page: &str, metric: &str, max: f64) -> Result<String, String> {
+pub(super) fn at_most(page: &str, metric: &str, max: f64) -> Result<String, String> {
     let mut largest: Option<f64> = None;
     for (labels, value) in samples(page, metric) {
         let value = value.map_err(|text| format!("{metric}{labels}: not a number: {text}"))?;

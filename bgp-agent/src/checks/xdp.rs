@@ -3,7 +3,7 @@
 use futures::TryStreamExt;
 use netlink_packet_route::link::{LinkAttribute, LinkXdp, XdpAttached};
 
-pub async fn attached(interface: &str) -> Result<String, String> {
+pub(super) async fn attached(interface: &str) -> Result<String, String> {
     let (connection, handle, _) =
         rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
     let task = tokio::spawn(connection);

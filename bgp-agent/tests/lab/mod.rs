@@ -9,24 +9,24 @@ use std::process::Command;
 use ::lab::netns;
 use std::time::{Duration, Instant};
 
-pub const VIP: &str = "192.0.2.10/32";
-pub const UP_ADDR: &str = "198.51.100.1";
-pub const POP_ADDR: &str = "198.51.100.2";
+pub(crate) const VIP: &str = "192.0.2.10/32";
+pub(crate) const UP_ADDR: &str = "198.51.100.1";
+pub(crate) const POP_ADDR: &str = "198.51.100.2";
 
-pub struct Lab {
+pub(crate) struct Lab {
     pub up: String,
     pub pop: String,
     pub dir: tempfile::TempDir,
     net: netns::VethPair,
 }
 
-pub fn agent_bin() -> &'static str {
+pub(crate) fn agent_bin() -> &'static str {
     env!("CARGO_BIN_EXE_bgp-agent")
 }
 
 impl Lab {
     /// Two namespaces, a veth between them, and BIRD running in `up`.
-    pub fn new(tag: &str) -> Lab {
+    pub(crate) fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
         let (up, pop) = (format!("bga-up-{tag}-{id}"), format!("bga-pop-{tag}-{id}"));
         let (veth_up, veth_pop) = (format!("u{tag}{id}"), format!("p{tag}{id}"));
@@ -43,17 +43,17 @@ impl Lab {
         }
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// Starts a process inside a namespace, logging to `log`.
-    pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
+    pub(crate) fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
         let log = self.path(log);
         self.net.spawn(ns, args, &log)
     }
 
-    pub fn start_upstream_bird(&mut self) {
+    pub(crate) fn start_upstream_bird(&mut self) {
         let conf = self.path("up-bird.conf");
         std::fs::write(
             &conf,
@@ -83,7 +83,7 @@ impl Lab {
     /// BIRD as the PoP's speaker: a static route for the VIP, exported only while the
     /// agent's include file lists it (tagged 65535:0 while its GSHUT set does). The
     /// include starts as the agent writes it with nothing announced.
-    pub fn start_pop_bird(&mut self, include: &Path) -> PathBuf {
+    pub(crate) fn start_pop_bird(&mut self, include: &Path) -> PathBuf {
         std::fs::write(
             include,
             bgp_agent::speaker::bird::render(
@@ -125,7 +125,7 @@ impl Lab {
 
     /// ExaBGP in the PoP namespace, peering with the upstream, running `process` (a
     /// command line) as its API process. Returns ExaBGP's PID.
-    pub fn start_exabgp(&mut self, process: &str, log: &str) -> u32 {
+    pub(crate) fn start_exabgp(&mut self, process: &str, log: &str) -> u32 {
         let conf = self.path("exabgp.conf");
         std::fs::write(
             &conf,
@@ -151,7 +151,7 @@ impl Lab {
     }
 
     /// BGP UPDATE messages (announcements plus withdrawals) the upstream received.
-    pub fn upstream_updates(&self) -> u64 {
+    pub(crate) fn upstream_updates(&self) -> u64 {
         let out = Command::new("birdc")
             .args([
                 "-s",
@@ -180,7 +180,7 @@ impl Lab {
     /// A stand-in for the edge's admin listener: `/metrics` serves
     /// `edge_spool_fill_ratio` as written in the file `fill` beside `flag` (0.1 when
     /// absent); every other path is `/readyz`, 200 while `flag` exists, 503 otherwise.
-    pub fn start_fake_edge(&mut self, port: u16, flag: &Path) {
+    pub(crate) fn start_fake_edge(&mut self, port: u16, flag: &Path) {
         let script = self.path("fake_edge.py");
         std::fs::write(
             &script,
@@ -219,7 +219,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// True when the upstream's BIRD holds the VIP tagged GRACEFUL_SHUTDOWN (65535:0).
-    pub fn upstream_sees_graceful_shutdown(&self) -> bool {
+    pub(crate) fn upstream_sees_graceful_shutdown(&self) -> bool {
         let out = Command::new("birdc")
             .args(["-s", self.path("up-bird.ctl").to_str().unwrap()])
             .args(["show", "route", VIP, "all"])
@@ -229,7 +229,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// The AS path of the upstream's route to the VIP (empty without one).
-    pub fn upstream_as_path(&self) -> Vec<u32> {
+    pub(crate) fn upstream_as_path(&self) -> Vec<u32> {
         let out = Command::new("birdc")
             .args(["-s", self.path("up-bird.ctl").to_str().unwrap()])
             .args(["show", "route", VIP, "all"])
@@ -247,7 +247,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// True when the upstream's kernel table holds the VIP (learned over BGP).
-    pub fn upstream_has_vip(&self) -> bool {
+    pub(crate) fn upstream_has_vip(&self) -> bool {
         let out = Command::new("ip")
             .args(["-n", &self.up, "route", "show", VIP])
             .output()
@@ -256,7 +256,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// Waits until the upstream's FIB has (or lacks) the VIP; returns how long it took.
-    pub fn wait_vip(&self, present: bool, limit: Duration) -> Option<Duration> {
+    pub(crate) fn wait_vip(&self, present: bool, limit: Duration) -> Option<Duration> {
         let started = Instant::now();
         while started.elapsed() < limit {
             if self.upstream_has_vip() == present {
@@ -268,7 +268,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// Runs a command in the PoP namespace and returns its stdout.
-    pub fn pop_exec(&self, args: &[&str]) -> String {
+    pub(crate) fn pop_exec(&self, args: &[&str]) -> String {
         let out = Command::new("ip")
             .args(["netns", "exec", &self.pop])
             .args(args)
@@ -283,7 +283,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// The PID of `parent`'s only child (a supervised process); panics if it has none.
-    pub fn child_of(&self, parent: u32) -> u32 {
+    pub(crate) fn child_of(&self, parent: u32) -> u32 {
         let started = Instant::now();
         loop {
             let out = Command::new("pgrep")
@@ -306,7 +306,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// Waits until the log `name` contains `needle`; returns the log from there on.
-    pub fn wait_log(&self, name: &str, needle: &str, limit: Duration) -> String {
+    pub(crate) fn wait_log(&self, name: &str, needle: &str, limit: Duration) -> String {
         let started = Instant::now();
         loop {
             let log = self.log(name);
@@ -321,15 +321,15 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
         }
     }
 
-    pub fn log(&self, name: &str) -> String {
+    pub(crate) fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap_or_default()
     }
 
-    pub fn kill(&mut self, pid: u32, signal: nix::sys::signal::Signal) {
+    pub(crate) fn kill(&mut self, pid: u32, signal: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
     }
 
-    pub fn wait_exit(&mut self, pid: u32, limit: Duration) -> bool {
+    pub(crate) fn wait_exit(&mut self, pid: u32, limit: Duration) -> bool {
         let started = Instant::now();
         while started.elapsed() < limit {
             if self.net.exited(pid) {
@@ -346,12 +346,12 @@ const HONOUR_GRACEFUL_SHUTDOWN: &str = "if (65535, 0) ~ bgp_community then bgp_l
 const TIMERS: &str = "hold time 9; keepalive time 3; connect retry time 2; connect delay time 1; error wait time 1,5;";
 
 /// How long the tests' agents announce with 65535:0 before a drain's or a stop's withdraw.
-pub const GRACEFUL_WAIT_MS: u64 = 1000;
+pub(crate) const GRACEFUL_WAIT_MS: u64 = 1000;
 
 /// The agent's config for these tests: fast rounds, small rise/fall, a short hold-down,
 /// no dampening (the unit tests cover it), a 1 s graceful shutdown, and a soft drain
 /// while the (fake) edge's spool is over half full.
-pub fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -> PathBuf {
+pub(crate) fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -> PathBuf {
     let path = lab.path("agent.yaml");
     std::fs::write(
         &path,

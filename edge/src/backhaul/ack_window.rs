@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug)]
-pub struct AckWindow {
+pub(super) struct AckWindow {
     /// Every sequence number up to this one is confirmed.
     confirmed: u64,
     /// Where the checkpoint on disk stands.
@@ -18,7 +18,7 @@ pub struct AckWindow {
 
 impl AckWindow {
     /// A window after the checkpoint `checkpoint`.
-    pub fn new(checkpoint: u64) -> Self {
+    pub(super) fn new(checkpoint: u64) -> Self {
         Self {
             confirmed: checkpoint,
             checkpointed: checkpoint,
@@ -28,12 +28,12 @@ impl AckWindow {
     }
 
     /// A record was read from the spool and goes out.
-    pub fn read(&mut self, seq: u64, received_ms: u64) {
+    pub(super) fn read(&mut self, seq: u64, received_ms: u64) {
         self.outstanding.insert(seq, received_ms);
     }
 
     /// The origin has `seq` (or it was kept as a dead letter).
-    pub fn finished(&mut self, seq: u64) {
+    pub(super) fn finished(&mut self, seq: u64) {
         self.outstanding.remove(&seq);
         self.done.insert(seq);
         while self.done.remove(&(self.confirmed + 1)) {
@@ -41,17 +41,17 @@ impl AckWindow {
         }
     }
 
-    pub fn confirmed(&self) -> u64 {
+    pub(super) fn confirmed(&self) -> u64 {
         self.confirmed
     }
 
     /// Durable records up to `durable_seq` the origin has not confirmed.
-    pub fn lag(&self, durable_seq: u64) -> u64 {
+    pub(super) fn lag(&self, durable_seq: u64) -> u64 {
         durable_seq.saturating_sub(self.confirmed)
     }
 
     /// Age of the oldest record read but not confirmed; 0 when none is out.
-    pub fn oldest_age_ms(&self, now_ms: u64) -> u64 {
+    pub(super) fn oldest_age_ms(&self, now_ms: u64) -> u64 {
         // The lowest sequence number out was received first.
         self.outstanding
             .first_key_value()
@@ -59,12 +59,12 @@ impl AckWindow {
     }
 
     /// Where the checkpoint should move, if it is behind what is confirmed.
-    pub fn checkpoint_due(&self) -> Option<u64> {
+    pub(super) fn checkpoint_due(&self) -> Option<u64> {
         (self.confirmed > self.checkpointed).then_some(self.confirmed)
     }
 
     /// The checkpoint on disk now stands at `seq`.
-    pub fn checkpointed(&mut self, seq: u64) {
+    pub(super) fn checkpointed(&mut self, seq: u64) {
         self.checkpointed = self.checkpointed.max(seq);
     }
 }

@@ -7,14 +7,14 @@
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub(super) enum State {
     Closed,
     Open,
     HalfOpen,
 }
 
 #[derive(Debug)]
-pub struct Breaker {
+pub(super) struct Breaker {
     failures_to_open: u32,
     open_for: Duration,
     consecutive_failures: u32,
@@ -24,7 +24,7 @@ pub struct Breaker {
 
 /// What the caller may do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Permit {
+pub(super) enum Permit {
     Send,
     /// Send this one as the half-open probe.
     Probe,
@@ -33,7 +33,7 @@ pub enum Permit {
 }
 
 impl Breaker {
-    pub fn new(failures_to_open: u32, open_for: Duration) -> Self {
+    pub(super) fn new(failures_to_open: u32, open_for: Duration) -> Self {
         Self {
             failures_to_open: failures_to_open.max(1),
             open_for,
@@ -43,7 +43,7 @@ impl Breaker {
         }
     }
 
-    pub fn state(&self, now: Instant) -> State {
+    pub(super) fn state(&self, now: Instant) -> State {
         match self.opened_at {
             None => State::Closed,
             Some(at) if now < at + self.open_for => State::Open,
@@ -51,7 +51,7 @@ impl Breaker {
         }
     }
 
-    pub fn permit(&mut self, now: Instant) -> Permit {
+    pub(super) fn permit(&mut self, now: Instant) -> Permit {
         match self.state(now) {
             State::Closed => Permit::Send,
             State::Open => Permit::Wait(self.opened_at.expect("open") + self.open_for - now),
@@ -63,20 +63,20 @@ impl Breaker {
         }
     }
 
-    pub fn on_success(&mut self) {
+    pub(super) fn on_success(&mut self) {
         self.consecutive_failures = 0;
         self.opened_at = None;
         self.probe_out = false;
     }
 
     /// The origin is reachable again: let the probe through now.
-    pub fn on_origin_back(&mut self, now: Instant) {
+    pub(super) fn on_origin_back(&mut self, now: Instant) {
         if self.state(now) == State::Open {
             self.opened_at = now.checked_sub(self.open_for).or(self.opened_at);
         }
     }
 
-    pub fn on_failure(&mut self, now: Instant) {
+    pub(super) fn on_failure(&mut self, now: Instant) {
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         let probe_failed = self.probe_out;
         self.probe_out = false;

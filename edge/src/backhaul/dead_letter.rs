@@ -9,7 +9,7 @@ use crate::spool::checkpoint::{create_dir_durably, sync_dir};
 use crate::spool::new_segment_format;
 use crate::spool::record::Record;
 
-pub fn store(spool_dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
+pub(super) fn store(spool_dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
     let dir = spool_dir.join("dead-letter");
     create_dir_durably(&dir)?;
     let path = dir.join(format!("{:020}.rec", record.seq));

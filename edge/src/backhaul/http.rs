@@ -140,7 +140,7 @@ impl HttpSink {
 }
 
 /// What an origin's answer means for the event.
-pub fn classify(
+pub(super) fn classify(
     status: StatusCode,
     retry_after: Option<&HeaderValue>,
     now: SystemTime,

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Backoff {
+pub(super) struct Backoff {
     pub base: Duration,
     pub max: Duration,
 }
@@ -14,7 +14,7 @@ impl Backoff {
     /// The pause before retry number `attempt` (0 for the first retry): uniformly random
     /// in [0, min(max, base · 2^attempt)], so many PoPs retrying an origin that just came
     /// back do not arrive together. `unit` is a uniform draw in [0, 1).
-    pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
+    pub(super) fn delay(&self, attempt: u32, unit: f64) -> Duration {
         let ceiling = self
             .base
             .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
@@ -24,7 +24,7 @@ impl Backoff {
 }
 
 /// Parses an RFC 9110 `Retry-After` value: delay-seconds or an HTTP-date.
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(super) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(Duration::from_secs(seconds));
@@ -34,7 +34,7 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 }
 
 /// A cheap uniform draw in [0, 1) for jitter (no cryptographic use).
-pub fn unit_random() -> f64 {
+pub(super) fn unit_random() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 #[derive(Debug, Default)]
-pub struct LagBytes {
+pub(super) struct LagBytes {
     appended: u64,
     delivered: u64,
     last_seq: u64,
@@ -15,7 +15,7 @@ pub struct LagBytes {
 
 impl LagBytes {
     /// Records `bytes` appended with sequence numbers up to `last_seq`.
-    pub fn appended(&mut self, last_seq: u64, bytes: u64) {
+    pub(super) fn appended(&mut self, last_seq: u64, bytes: u64) {
         self.appended += bytes;
         self.last_seq = last_seq;
         let last_mark = self
@@ -28,7 +28,7 @@ impl LagBytes {
     }
 
     /// The origin confirmed everything up to `seq`.
-    pub fn delivered_through(&mut self, seq: u64) {
+    pub(super) fn delivered_through(&mut self, seq: u64) {
         if seq >= self.last_seq {
             self.delivered = self.appended;
             self.marks.clear();
@@ -40,12 +40,12 @@ impl LagBytes {
         self.marks = self.marks.split_off(&(seq + 1));
     }
 
-    pub fn lag(&self) -> u64 {
+    pub(super) fn lag(&self) -> u64 {
         self.appended - self.delivered
     }
 }
 
-pub const MARK_SPACING: u64 = 1 << 20;
+pub(super) const MARK_SPACING: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {

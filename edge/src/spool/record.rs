@@ -534,9 +534,9 @@ pub(crate) mod tests {
     use super::*;
 
     /// The format the tests write (version 2, a fixed seed).
-    pub const FORMAT: SegmentFormat = SegmentFormat::V2 { seed: 0x5eed_5eed };
+    pub(crate) const FORMAT: SegmentFormat = SegmentFormat::V2 { seed: 0x5eed_5eed };
 
-    pub fn sample(seq: u64, event_id: &str) -> Record {
+    pub(crate) fn sample(seq: u64, event_id: &str) -> Record {
         Record {
             seq,
             received_ms: 1_764_000_000_000 + seq,

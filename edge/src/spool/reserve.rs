@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Makes the reserve if it is missing (a no-op when it is there; silent when there is no
 /// room for it yet: the next checkpoint tries again).
-pub fn ensure(dir: &Path) {
+pub(super) fn ensure(dir: &Path) {
     let path = dir.join(FILE_NAME);
     if std::fs::metadata(&path).is_ok_and(|m| m.len() == RESERVE_BYTES as u64) {
         return;
@@ -19,7 +19,7 @@ pub fn ensure(dir: &Path) {
 }
 
 /// Frees the reserve's space.
-pub fn release(dir: &Path) {
+pub(super) fn release(dir: &Path) {
     let _ = std::fs::remove_file(dir.join(FILE_NAME));
 }
 

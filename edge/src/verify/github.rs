@@ -4,7 +4,7 @@ use http::HeaderMap;
 
 use super::signed_head::{Digest, Signatures, SignedHead, VerifyError, required_header};
 
-pub const SIGNATURE_HEADER: &str = "x-hub-signature-256";
+pub(super) const SIGNATURE_HEADER: &str = "x-hub-signature-256";
 
 pub(super) fn read_head(headers: &HeaderMap) -> Result<SignedHead, VerifyError> {
     let value = required_header(headers, SIGNATURE_HEADER)?;

@@ -240,7 +240,7 @@ impl MacState {
 pub(crate) mod test_support {
     use http::{HeaderMap, HeaderName, HeaderValue};
 
-    pub fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    pub(crate) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
             map.append(

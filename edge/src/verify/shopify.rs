@@ -6,7 +6,7 @@ use http::HeaderMap;
 
 use super::signed_head::{Digest, Signatures, SignedHead, VerifyError, required_header};
 
-pub const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
+pub(super) const SIGNATURE_HEADER: &str = "x-shopify-hmac-sha256";
 
 pub(super) fn read_head(headers: &HeaderMap) -> Result<SignedHead, VerifyError> {
     let value = required_header(headers, SIGNATURE_HEADER)?;

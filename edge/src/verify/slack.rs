@@ -9,8 +9,8 @@ use super::signed_head::{
     Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header,
 };
 
-pub const SIGNATURE_HEADER: &str = "x-slack-signature";
-pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
+pub(super) const SIGNATURE_HEADER: &str = "x-slack-signature";
+pub(super) const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 
 pub(super) fn read_head(
     headers: &HeaderMap,

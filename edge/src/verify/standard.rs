@@ -12,9 +12,9 @@ use super::signed_head::{
     Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header,
 };
 
-pub const ID_HEADER: &str = "webhook-id";
-pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
-pub const SIGNATURE_HEADER: &str = "webhook-signature";
+pub(super) const ID_HEADER: &str = "webhook-id";
+pub(super) const TIMESTAMP_HEADER: &str = "webhook-timestamp";
+pub(super) const SIGNATURE_HEADER: &str = "webhook-signature";
 
 /// The key bytes of a `whsec_<base64>` secret; `None` when it is not of that form.
 pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {

@@ -9,7 +9,7 @@ use super::signed_head::{
     Digest, Signatures, SignedHead, SignedTimestamp, VerifyError, required_header,
 };
 
-pub const SIGNATURE_HEADER: &str = "stripe-signature";
+pub(super) const SIGNATURE_HEADER: &str = "stripe-signature";
 
 pub(super) fn read_head(
     headers: &HeaderMap,

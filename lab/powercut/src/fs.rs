@@ -12,13 +12,13 @@ use fuser::{
 
 use crate::model::{Attr, Errno, Kind, Model, Op};
 
-pub struct PowerCutFs {
+pub(crate) struct PowerCutFs {
     state: Arc<Mutex<Model>>,
     backing_stats: std::path::PathBuf,
 }
 
 impl PowerCutFs {
-    pub fn new(state: Arc<Mutex<Model>>, backing: &std::path::Path) -> Self {
+    pub(crate) fn new(state: Arc<Mutex<Model>>, backing: &std::path::Path) -> Self {
         Self {
             state,
             backing_stats: backing.to_owned(),

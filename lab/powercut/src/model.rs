@@ -39,24 +39,24 @@ pub struct Trigger {
 pub struct Counts(pub HashMap<Op, u64>);
 
 /// An error to answer the kernel with (an errno).
-pub type Errno = i32;
+pub(crate) type Errno = i32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     File,
     Dir,
 }
 
 /// What `getattr` needs of a node.
 #[derive(Clone, Copy, Debug)]
-pub struct Attr {
+pub(crate) struct Attr {
     pub ino: u64,
     pub kind: Kind,
     pub size: u64,
     pub mode: u16,
 }
 
-pub struct Model {
+pub(crate) struct Model {
     backing: PathBuf,
     nodes: HashMap<u64, Node>,
     next_ino: u64,
@@ -92,10 +92,10 @@ struct DirNode {
     durable: BTreeMap<OsString, u64>,
 }
 
-pub const ROOT: u64 = 1;
+pub(crate) const ROOT: u64 = 1;
 
 impl Model {
-    pub fn new(backing: &Path) -> Self {
+    pub(crate) fn new(backing: &Path) -> Self {
         let mut nodes = HashMap::new();
         nodes.insert(
             ROOT,
@@ -118,26 +118,26 @@ impl Model {
         }
     }
 
-    pub fn arm(&mut self, trigger: Trigger) {
+    pub(crate) fn arm(&mut self, trigger: Trigger) {
         self.trigger = Some(trigger);
         self.matched = 0;
     }
 
-    pub fn fail_fsyncs(&mut self, n: u32) {
+    pub(crate) fn fail_fsyncs(&mut self, n: u32) {
         self.fail_fsyncs = n;
     }
 
-    pub fn is_frozen(&self) -> bool {
+    pub(crate) fn is_frozen(&self) -> bool {
         self.frozen
     }
 
-    pub fn counts(&self) -> Counts {
+    pub(crate) fn counts(&self) -> Counts {
         Counts(self.seen.clone())
     }
 
     /// Counts an operation and says whether it may happen: not once the power is out,
     /// nor when it is the one an armed trigger waits for.
-    pub fn guard(&mut self, op: Op, name: &OsStr) -> Result<(), Errno> {
+    pub(crate) fn guard(&mut self, op: Op, name: &OsStr) -> Result<(), Errno> {
         if self.frozen {
             return Err(libc::EIO);
         }
@@ -156,7 +156,7 @@ impl Model {
         Ok(())
     }
 
-    pub fn attr(&self, ino: u64) -> Result<Attr, Errno> {
+    pub(crate) fn attr(&self, ino: u64) -> Result<Attr, Errno> {
         match self.nodes.get(&ino).ok_or(libc::ENOENT)? {
             Node::File(file) => Ok(Attr {
                 ino,
@@ -173,13 +173,13 @@ impl Model {
         }
     }
 
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, Errno> {
+    pub(crate) fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, Errno> {
         let ino = *self.dir(parent)?.entries.get(name).ok_or(libc::ENOENT)?;
         self.attr(ino)
     }
 
     /// The name of a file (for triggers), from any directory that lists it.
-    pub fn name_of(&self, ino: u64) -> OsString {
+    pub(crate) fn name_of(&self, ino: u64) -> OsString {
         self.nodes
             .values()
             .filter_map(|node| match node {
@@ -191,7 +191,7 @@ impl Model {
             .unwrap_or_default()
     }
 
-    pub fn create(
+    pub(crate) fn create(
         &mut self,
         parent: u64,
         name: &OsStr,
@@ -221,7 +221,7 @@ impl Model {
         self.attr(ino)
     }
 
-    pub fn unlink(&mut self, parent: u64, name: &OsStr, kind: Kind) -> Result<(), Errno> {
+    pub(crate) fn unlink(&mut self, parent: u64, name: &OsStr, kind: Kind) -> Result<(), Errno> {
         let ino = *self.dir(parent)?.entries.get(name).ok_or(libc::ENOENT)?;
         match (self.nodes.get(&ino), kind) {
             (Some(Node::Dir(dir)), Kind::Dir) if !dir.entries.is_empty() => {
@@ -236,7 +236,7 @@ impl Model {
         Ok(())
     }
 
-    pub fn rename(
+    pub(crate) fn rename(
         &mut self,
         parent: u64,
         name: &OsStr,
@@ -255,7 +255,7 @@ impl Model {
         Ok(())
     }
 
-    pub fn entries(&self, dir: u64) -> Result<Vec<(OsString, Attr)>, Errno> {
+    pub(crate) fn entries(&self, dir: u64) -> Result<Vec<(OsString, Attr)>, Errno> {
         self.dir(dir)?
             .entries
             .iter()
@@ -264,7 +264,7 @@ impl Model {
     }
 
     /// What a program reads: the synced bytes with every change since applied.
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    pub(crate) fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         let file = self.file(ino)?;
         let end = (offset + u64::from(size)).min(file.len);
         if offset >= end {
@@ -297,7 +297,7 @@ impl Model {
         Ok(out)
     }
 
-    pub fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+    pub(crate) fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
         let change = self.next_change;
         self.next_change += 1;
         let file = self.file_mut(ino)?;
@@ -312,7 +312,7 @@ impl Model {
         Ok(data.len() as u32)
     }
 
-    pub fn truncate(&mut self, ino: u64, len: u64) -> Result<(), Errno> {
+    pub(crate) fn truncate(&mut self, ino: u64, len: u64) -> Result<(), Errno> {
         let change = self.next_change;
         self.next_change += 1;
         let file = self.file_mut(ino)?;
@@ -323,7 +323,7 @@ impl Model {
 
     /// `fsync`/`fdatasync` of a file: its changes reach the backing file. Failing on
     /// command, the changes are dropped all the same.
-    pub fn fsync(&mut self, ino: u64) -> Result<(), Errno> {
+    pub(crate) fn fsync(&mut self, ino: u64) -> Result<(), Errno> {
         let failing = self.take_failure();
         let path = self.backing_path(ino);
         let file = self.file_mut(ino)?;
@@ -352,7 +352,7 @@ impl Model {
     }
 
     /// `fsync` of a directory: its entries as they are now survive a cut.
-    pub fn fsync_dir(&mut self, ino: u64) -> Result<(), Errno> {
+    pub(crate) fn fsync_dir(&mut self, ino: u64) -> Result<(), Errno> {
         if self.take_failure() {
             return Err(libc::EIO);
         }
@@ -363,7 +363,7 @@ impl Model {
     }
 
     /// The power goes (see [`crate::PowerCut::cut`]).
-    pub fn cut(&mut self, tear: Option<u64>) {
+    pub(crate) fn cut(&mut self, tear: Option<u64>) {
         if let Some(seed) = tear {
             self.tear_newest_write(seed);
         }

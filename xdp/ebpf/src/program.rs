@@ -46,7 +46,7 @@ static ICMP_BUCKET: Array<Bucket> = Array::with_max_entries(1, 0);
 static HINTS: Array<Hints> = Array::with_max_entries(LISTS, 0);
 
 #[xdp]
-pub fn edge_xdp(ctx: XdpContext) -> u32 {
+pub(crate) fn edge_xdp(ctx: XdpContext) -> u32 {
     let reason = classify(&ctx);
     let bytes = (ctx.data_end() - ctx.data()) as u64;
     if let Some(counter) = COUNTERS.get_ptr_mut(reason as u32) {

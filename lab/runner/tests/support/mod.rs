@@ -13,13 +13,13 @@ use lab::prometheus::Alert;
 use lab::sender::Outcome;
 
 /// The `lab` binary, with the topology up for the test's lifetime.
-pub struct LabCli {
+pub(crate) struct LabCli {
     /// Every outcome of every load, for the final zero-loss check.
     all: std::cell::RefCell<Vec<Outcome>>,
 }
 
 impl LabCli {
-    pub fn up() -> LabCli {
+    pub(crate) fn up() -> LabCli {
         let lab = LabCli::started(&["up"]);
         lab.wait_next_hops(2, Duration::from_secs(30));
         lab
@@ -27,7 +27,7 @@ impl LabCli {
 
     /// The topology with `machines` (comma-separated nodes) left to booted machines:
     /// their namespaces, links and addresses, none of their services.
-    pub fn up_for_machines(machines: &str) -> LabCli {
+    pub(crate) fn up_for_machines(machines: &str) -> LabCli {
         LabCli::started(&["up", "--machines", machines])
     }
 
@@ -39,13 +39,13 @@ impl LabCli {
         lab
     }
 
-    pub fn run(&self, args: &[&str]) -> String {
+    pub(crate) fn run(&self, args: &[&str]) -> String {
         self.try_run(args)
             .unwrap_or_else(|e| panic!("lab {args:?}: {e}"))
     }
 
     /// `lab ARGS`: its stdout, or its output when it fails.
-    pub fn try_run(&self, args: &[&str]) -> Result<String, String> {
+    pub(crate) fn try_run(&self, args: &[&str]) -> Result<String, String> {
         let output = Command::new(env!("CARGO_BIN_EXE_lab"))
             .args(args)
             .output()
@@ -63,7 +63,7 @@ impl LabCli {
 
     /// Starts every service `lab status` reports stopped, naming each; so that a
     /// scenario that failed halfway (its victim still down) does not fail the ones after it.
-    pub fn start_stopped_services(&self) {
+    pub(crate) fn start_stopped_services(&self) {
         for (node, service, _) in self.services().iter().filter(|(.., pid)| pid.is_none()) {
             match self.try_run(&["start", node, service]) {
                 Ok(_) => println!("lab: started {node}/{service}, left stopped by the failure"),
@@ -73,7 +73,7 @@ impl LabCli {
     }
 
     /// A running service's PID, as `lab status` reports it.
-    pub fn service_pid(&self, node: &str, service: &str) -> i32 {
+    pub(crate) fn service_pid(&self, node: &str, service: &str) -> i32 {
         let services = self.services();
         let (.., pid) = services
             .iter()
@@ -100,7 +100,7 @@ impl LabCli {
         services
     }
 
-    pub fn spawn(&self, args: &[&str]) -> Child {
+    pub(crate) fn spawn(&self, args: &[&str]) -> Child {
         Command::new(env!("CARGO_BIN_EXE_lab"))
             .args(args)
             .stdout(Stdio::null())
@@ -110,12 +110,12 @@ impl LabCli {
     }
 
     /// Starts the client's sender in the background, to the IPv4 anycast address.
-    pub fn load(&self, prefix: &str, rate: u32, duration: Duration) -> Load {
+    pub(crate) fn load(&self, prefix: &str, rate: u32, duration: Duration) -> Load {
         self.load_to(&url(VIP), prefix, rate, duration)
     }
 
     /// Starts the client's sender in the background, to `url`.
-    pub fn load_to(&self, url: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
+    pub(crate) fn load_to(&self, url: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
         let child = Command::new(env!("CARGO_BIN_EXE_lab"))
             .args(CLIENT_LAB)
             .arg("send")
@@ -130,25 +130,30 @@ impl LabCli {
         Load { child }
     }
 
-    pub fn next_hops(&self) -> Vec<String> {
+    pub(crate) fn next_hops(&self) -> Vec<String> {
         router_next_hops()
     }
 
     /// Waits until the router has `count` next hops for the IPv4 VIP; returns how long
     /// it took.
-    pub fn wait_next_hops(&self, count: usize, timeout: Duration) -> Duration {
+    pub(crate) fn wait_next_hops(&self, count: usize, timeout: Duration) -> Duration {
         self.wait_next_hops_for(VIP, count, timeout)
     }
 
     /// Waits until the router has `count` next hops for `vip`.
-    pub fn wait_next_hops_for(&self, vip: &str, count: usize, timeout: Duration) -> Duration {
+    pub(crate) fn wait_next_hops_for(
+        &self,
+        vip: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Duration {
         self.wait_router(vip, &format!("{count} next hops"), timeout, |hops| {
             hops.len() == count
         })
     }
 
     /// Waits until the router's next hops for the IPv4 VIP are exactly `hops`.
-    pub fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
+    pub(crate) fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
         self.wait_router(VIP, &format!("next hops {hops:?}"), timeout, |now| {
             now == hops
         })
@@ -174,7 +179,7 @@ impl LabCli {
     }
 
     /// The alerts the lab's Prometheus holds, pending and firing.
-    pub fn alerts(&self) -> Vec<Alert> {
+    pub(crate) fn alerts(&self) -> Vec<Alert> {
         self.run(&["alerts"])
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
@@ -182,7 +187,7 @@ impl LabCli {
     }
 
     /// Polls the lab's alerts until `reached` holds for them; returns how long it took.
-    pub fn wait_alerts(
+    pub(crate) fn wait_alerts(
         &self,
         what: &str,
         timeout: Duration,
@@ -203,26 +208,26 @@ impl LabCli {
     }
 
     /// Waits until no alert is firing; returns how long it took.
-    pub fn wait_no_alert_firing(&self, timeout: Duration) -> Duration {
+    pub(crate) fn wait_no_alert_firing(&self, timeout: Duration) -> Duration {
         self.wait_alerts("no alert firing", timeout, |alerts| {
             !alerts.iter().any(Alert::firing)
         })
     }
 
     /// A PromQL instant query at the lab's Prometheus: its `data`, or why it failed.
-    pub fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
+    pub(crate) fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
         let data = self.try_run(&["query", expr])?;
         serde_json::from_str(&data).map_err(|e| e.to_string())
     }
 
     /// Stops every server of the origin's NATS cluster.
-    pub fn stop_origin(&self) {
+    pub(crate) fn stop_origin(&self) {
         for server in ORIGIN_SERVERS {
             self.run(&["stop", "origin", server]);
         }
     }
 
-    pub fn start_origin(&self) {
+    pub(crate) fn start_origin(&self) {
         for server in ORIGIN_SERVERS {
             self.run(&["start", "origin", server]);
         }
@@ -230,7 +235,7 @@ impl LabCli {
 
     /// The origin stream's replication (leader and peers), or why it could not be read
     /// (no leader at the moment, say).
-    pub fn origin_replication(&self) -> Result<Replication, String> {
+    pub(crate) fn origin_replication(&self) -> Result<Replication, String> {
         let line = self.try_run(&[&CLIENT_LAB[..], &["origin", "--replication"]].concat())?;
         serde_json::from_str(&line).map_err(|e| e.to_string())
     }
@@ -239,7 +244,7 @@ impl LabCli {
     /// still electing its leaders, say).
     /// What `pop`'s own origin identity (the nkey in its edge.yaml) may do: look the
     /// stream up, publish to `subject`, delete the stream.
-    pub fn origin_probe(&self, pop: &str, subject: &str, other_pop: &str) -> Probe {
+    pub(crate) fn origin_probe(&self, pop: &str, subject: &str, other_pop: &str) -> Probe {
         let config: serde_yaml::Value = serde_yaml::from_str(
             &std::fs::read_to_string(lab_dir().join(pop).join("edge.yaml")).unwrap(),
         )
@@ -265,7 +270,7 @@ impl LabCli {
         serde_json::from_str(line.trim()).unwrap()
     }
 
-    pub fn origin(&self) -> Result<Vec<Arrival>, String> {
+    pub(crate) fn origin(&self) -> Result<Vec<Arrival>, String> {
         let lines = self.try_run(&[&CLIENT_LAB[..], &["origin"]].concat())?;
         lines
             .lines()
@@ -275,7 +280,7 @@ impl LabCli {
 
     /// Waits until every acked outcome is at the origin, then asserts that none is
     /// missing and none arrived twice, naming the ids that did not.
-    pub fn assert_at_origin_once(&self, outcomes: &[Outcome], timeout: Duration) {
+    pub(crate) fn assert_at_origin_once(&self, outcomes: &[Outcome], timeout: Duration) {
         let started = Instant::now();
         loop {
             let arrivals = match self.origin() {
@@ -316,7 +321,7 @@ impl LabCli {
     }
 
     /// Every request of `outcomes` was acked, and every one is at the origin once.
-    pub fn assert_all_acked_and_at_origin(&self, outcomes: &[Outcome], timeout: Duration) {
+    pub(crate) fn assert_all_acked_and_at_origin(&self, outcomes: &[Outcome], timeout: Duration) {
         assert!(
             outcomes.iter().all(|o| o.acked()),
             "{:?}",
@@ -325,7 +330,7 @@ impl LabCli {
         self.assert_at_origin_once(outcomes, timeout);
     }
 
-    pub fn verify_origin_has_every_ack(&self) {
+    pub(crate) fn verify_origin_has_every_ack(&self) {
         let all = self.all.borrow();
         self.assert_at_origin_once(&all, Duration::from_secs(30));
         let acked = all.iter().filter(|o| o.acked()).count();
@@ -336,7 +341,7 @@ impl LabCli {
 
     /// `down` (twice: it must be idempotent) stops every service and removes every
     /// namespace and the state directory.
-    pub fn down_leaves_nothing(&self) {
+    pub(crate) fn down_leaves_nothing(&self) {
         let status = self.run(&["status"]);
         let pids: Vec<i32> = status
             .split(['(', ')'])
@@ -364,7 +369,7 @@ impl LabCli {
     }
 
     /// Packets the PoPs' XDP programs dropped, all reasons.
-    pub fn xdp_drops(&self) -> f64 {
+    pub(crate) fn xdp_drops(&self) -> f64 {
         [("pop-a", POP_A_ADDR), ("pop-b", POP_B_ADDR)]
             .iter()
             .map(|(pop, address)| {
@@ -379,12 +384,12 @@ impl LabCli {
     }
 
     /// The router's BIRD has a route to the VIP from the PoP at `address` (best or not).
-    pub fn router_has_path_via(&self, address: &str) -> bool {
+    pub(crate) fn router_has_path_via(&self, address: &str) -> bool {
         self.router_routes().contains(&format!("via {address}"))
     }
 
     /// The router's BIRD holds a path to the anycast address tagged GRACEFUL_SHUTDOWN.
-    pub fn router_has_graceful_shutdown_path(&self) -> bool {
+    pub(crate) fn router_has_graceful_shutdown_path(&self) -> bool {
         self.router_routes().contains("(65535,0)")
     }
 
@@ -400,7 +405,7 @@ impl LabCli {
     }
 
     /// Updates plus withdraws the router received from pop-a's session.
-    pub fn route_changes_from_pop_a(&self) -> u64 {
+    pub(crate) fn route_changes_from_pop_a(&self) -> u64 {
         let text = self.router_birdc(&["show", "protocols", "all", "pop_a"]);
         let received = |label: &str| -> u64 {
             text.lines()
@@ -419,12 +424,12 @@ impl Drop for LabCli {
     }
 }
 
-pub struct Load {
+pub(crate) struct Load {
     child: Child,
 }
 
 impl Load {
-    pub fn finish(self, lab: &LabCli) -> Vec<Outcome> {
+    pub(crate) fn finish(self, lab: &LabCli) -> Vec<Outcome> {
         let output = self.child.wait_with_output().unwrap();
         assert!(
             output.status.success(),
@@ -443,12 +448,12 @@ impl Load {
 }
 
 /// The router's next hops for the IPv4 VIP (one per announcing PoP).
-pub fn router_next_hops() -> Vec<String> {
+pub(crate) fn router_next_hops() -> Vec<String> {
     router_next_hops_for(VIP)
 }
 
 /// The router's next hops for `vip`, IPv4 or IPv6 (one per announcing PoP).
-pub fn router_next_hops_for(vip: &str) -> Vec<String> {
+pub(crate) fn router_next_hops_for(vip: &str) -> Vec<String> {
     let family = if vip.contains(':') { "-6" } else { "-4" };
     let output = Command::new(env!("CARGO_BIN_EXE_lab"))
         .args(["exec", "rtr", "--", "ip", family, "route", "show", vip])
@@ -465,22 +470,22 @@ pub fn router_next_hops_for(vip: &str) -> Vec<String> {
 
 /// The router's next hops for the anycast address, sampled every ~20 ms on a thread
 /// until `stop`.
-pub struct RouterWatch {
+pub(crate) struct RouterWatch {
     watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
     sampler: std::thread::JoinHandle<Vec<(u64, Vec<String>)>>,
 }
 
 /// At 50 webhooks/s of a few ms each, about one connection is open at any instant: at
 /// most this many may be reset by one change of the router's ECMP set.
-pub const MAX_REHASHED_PER_CHANGE: usize = 2;
+pub(crate) const MAX_REHASHED_PER_CHANGE: usize = 2;
 
 /// What a `RouterWatch` saw: every sample, time-stamped in Unix ms.
-pub struct RouterLog {
+pub(crate) struct RouterLog {
     samples: Vec<(u64, Vec<String>)>,
 }
 
 impl RouterWatch {
-    pub fn start() -> RouterWatch {
+    pub(crate) fn start() -> RouterWatch {
         use std::sync::atomic::{AtomicBool, Ordering};
         let watching = std::sync::Arc::new(AtomicBool::new(true));
         let sampler = {
@@ -498,7 +503,7 @@ impl RouterWatch {
         RouterWatch { watching, sampler }
     }
 
-    pub fn stop(self) -> RouterLog {
+    pub(crate) fn stop(self) -> RouterLog {
         self.watching
             .store(false, std::sync::atomic::Ordering::Relaxed);
         RouterLog {
@@ -508,7 +513,7 @@ impl RouterWatch {
 }
 
 impl RouterLog {
-    pub fn fewest_paths(&self) -> usize {
+    pub(crate) fn fewest_paths(&self) -> usize {
         self.samples
             .iter()
             .map(|(_, hops)| hops.len())
@@ -518,7 +523,7 @@ impl RouterLog {
 
     /// When the set of next hops changed: from the last sample with the old set to the
     /// first with the new one.
-    pub fn changes(&self) -> Vec<(u64, u64)> {
+    pub(crate) fn changes(&self) -> Vec<(u64, u64)> {
         self.samples
             .windows(2)
             .filter(|pair| pair[0].1 != pair[1].1)
@@ -527,12 +532,12 @@ impl RouterLog {
     }
 
     /// When the first sample after `after_ms` had `hop` among the next hops.
-    pub fn first_with(&self, hop: &str, after_ms: u64) -> Option<u64> {
+    pub(crate) fn first_with(&self, hop: &str, after_ms: u64) -> Option<u64> {
         self.first_after(after_ms, |hops| hops.iter().any(|h| h == hop))
     }
 
     /// When the first sample after `after_ms` did not have `hop` among the next hops.
-    pub fn first_without(&self, hop: &str, after_ms: u64) -> Option<u64> {
+    pub(crate) fn first_without(&self, hop: &str, after_ms: u64) -> Option<u64> {
         self.first_after(after_ms, |hops| hops.iter().all(|h| h != hop))
     }
 
@@ -545,7 +550,7 @@ impl RouterLog {
 
     /// A request that got no answer while the router's ECMP set changed under it: its
     /// packets were hashed to the other PoP mid-connection and reset there.
-    pub fn rehashed(&self, outcome: &Outcome) -> bool {
+    pub(crate) fn rehashed(&self, outcome: &Outcome) -> bool {
         outcome.status.is_none()
             && self
                 .changes()
@@ -554,7 +559,7 @@ impl RouterLog {
     }
 }
 
-pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
+pub(crate) fn failures(outcomes: &[Outcome]) -> Vec<String> {
     outcomes
         .iter()
         .filter(|o| !o.acked())
@@ -563,18 +568,18 @@ pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
         .collect()
 }
 
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
 }
 
-pub const VIP: &str = "192.0.2.10";
-pub const VIP6: &str = "2001:db8:a::10";
+pub(crate) const VIP: &str = "192.0.2.10";
+pub(crate) const VIP6: &str = "2001:db8:a::10";
 
 /// The lab's GitHub webhook route at `vip`.
-pub fn url(vip: &str) -> String {
+pub(crate) fn url(vip: &str) -> String {
     if vip.contains(':') {
         format!("https://[{vip}]/hooks/github")
     } else {
@@ -591,7 +596,7 @@ fn lab_dir() -> std::path::PathBuf {
 const CLIENT_LAB: [&str; 4] = ["exec", "client", "--", env!("CARGO_BIN_EXE_lab")];
 
 /// The origin's NATS servers: lab services named as the servers name themselves.
-pub const ORIGIN_SERVERS: [&str; 3] = ["nats-1", "nats-2", "nats-3"];
+pub(crate) const ORIGIN_SERVERS: [&str; 3] = ["nats-1", "nats-2", "nats-3"];
 
-pub const POP_A_ADDR: &str = "10.0.1.2";
-pub const POP_B_ADDR: &str = "10.0.2.2";
+pub(crate) const POP_A_ADDR: &str = "10.0.1.2";
+pub(crate) const POP_B_ADDR: &str = "10.0.2.2";

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use ::lab::netns;
 
-pub struct Lab {
+pub(crate) struct Lab {
     pub sender: String,
     pub victim: String,
     pub veth: String,
@@ -16,7 +16,7 @@ pub struct Lab {
 }
 
 impl Lab {
-    pub fn new(tag: &str) -> Lab {
+    pub(crate) fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
         let (sender, victim) = (format!("xs-{tag}-{id}"), format!("xv-{tag}-{id}"));
         let (veth, peer) = (format!("v{tag}{id}"), format!("s{tag}{id}"));
@@ -43,14 +43,14 @@ impl Lab {
         }
     }
 
-    pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
+    pub(crate) fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
         let log = self.dir.path().join(log);
         self.net.spawn(ns, args, &log)
     }
 
     /// Starts `edge-xdp run` in the victim namespace with `config` and waits until its
     /// metrics answer; returns its PID.
-    pub fn start_loader(&mut self, config: &std::path::Path) -> u32 {
+    pub(crate) fn start_loader(&mut self, config: &std::path::Path) -> u32 {
         let victim = self.victim.clone();
         let loader = self.spawn(
             &victim,
@@ -74,11 +74,11 @@ impl Lab {
         loader
     }
 
-    pub fn exec(&self, ns: &str, args: &[&str]) -> String {
+    pub(crate) fn exec(&self, ns: &str, args: &[&str]) -> String {
         netns::output(ns, args)
     }
 
-    pub fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
+    pub(crate) fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
         let path = self.dir.path().join("xdp.yaml");
         std::fs::write(
             &path,
@@ -92,7 +92,7 @@ impl Lab {
         path
     }
 
-    pub fn counters(&self) -> std::collections::HashMap<String, u64> {
+    pub(crate) fn counters(&self) -> std::collections::HashMap<String, u64> {
         let text = self.exec(&self.victim, &["curl", "-s", "127.0.0.1:19182/metrics"]);
         text.lines()
             .filter(|l| l.starts_with("xdp_packets_total"))
@@ -103,7 +103,7 @@ impl Lab {
             .collect()
     }
 
-    pub fn legit_requests(&self, n: usize) -> usize {
+    pub(crate) fn legit_requests(&self, n: usize) -> usize {
         (0..n)
             .filter(|_| {
                 self.exec(
@@ -124,7 +124,7 @@ impl Lab {
             .count()
     }
 
-    pub fn scapy(&self, script: &str) {
+    pub(crate) fn scapy(&self, script: &str) {
         let path = self.dir.path().join("junk.py");
         std::fs::write(
             &path,
@@ -143,7 +143,7 @@ impl Lab {
         );
     }
 
-    pub fn xdp_prog_id(&self) -> String {
+    pub(crate) fn xdp_prog_id(&self) -> String {
         let out = self.exec(&self.victim, &["ip", "-d", "link", "show", &self.veth]);
         out.split("prog/xdp id ")
             .nth(1)
