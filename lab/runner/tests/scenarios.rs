@@ -677,7 +677,7 @@ fn link_failure(lab: &LabCli, pop: &str, detector: &str) {
             "inet",
             "lab_cut",
             chain,
-            &format!("'{{ type filter hook {hook} priority -300 ; policy drop ; }}'"),
+            &format!("{{ type filter hook {hook} priority -300 ; policy drop ; }}"),
         ]);
     }
     let detected = lab.wait_next_hops(1, Duration::from_secs(10));
@@ -874,8 +874,8 @@ fn flap(lab: &LabCli) {
     let mut down = true;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(60) {
-        let command = if down { "touch" } else { "rm -f" };
-        lab.run(&["exec", "pop-a", "--", command, maintenance]);
+        let command: &[&str] = if down { &["touch"] } else { &["rm", "-f"] };
+        lab.run(&[&["exec", "pop-a", "--"], command, &[maintenance]].concat());
         down = !down;
         // Half-periods of 0.25-0.75 s (xorshift): jittered, because strictly periodic
         // flapping aliases with check intervals and proves nothing.
