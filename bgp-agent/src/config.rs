@@ -12,7 +12,7 @@ use crate::hysteresis::{Dampening, Policy};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub struct Settings {
     pub pop: String,
     pub prefixes: Vec<IpNet>,
     /// Holds the drain flag, so a drain survives restarts.
@@ -31,21 +31,21 @@ pub struct Config {
     #[serde(default = "default_hold_down", with = "humantime_serde")]
     pub hold_down: Duration,
     #[serde(default = "default_dampening")]
-    pub dampening: Option<DampeningConfig>,
+    pub dampening: Option<DampeningSettings>,
     #[serde(default = "default_true")]
     pub withdraw_on_exit: bool,
     /// RFC 8326: before a drain or exit withdraws, announce with GRACEFUL_SHUTDOWN
     /// (65535:0) so upstreams move traffic away first. `null`: withdraw at once.
     #[serde(default = "default_graceful_shutdown")]
-    pub graceful_shutdown: Option<GracefulShutdownConfig>,
-    pub checks: Vec<CheckConfig>,
-    pub speaker: SpeakerConfig,
-    pub guard: Option<GuardConfig>,
+    pub graceful_shutdown: Option<GracefulShutdown>,
+    pub checks: Vec<CheckSettings>,
+    pub speaker: SpeakerSettings,
+    pub guard: Option<GuardSettings>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DampeningConfig {
+pub struct DampeningSettings {
     #[serde(default = "default_penalty")]
     pub penalty: f64,
     #[serde(default = "default_half_life", with = "humantime_serde")]
@@ -60,7 +60,7 @@ pub struct DampeningConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GracefulShutdownConfig {
+pub struct GracefulShutdown {
     /// How long the route stays announced with 65535:0 before the withdraw.
     #[serde(default = "default_graceful_wait", with = "humantime_serde")]
     pub wait: Duration,
@@ -72,7 +72,7 @@ pub struct GracefulShutdownConfig {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "RawCheck")]
-pub struct CheckConfig {
+pub struct CheckSettings {
     pub name: String,
     pub kind: CheckKind,
     pub timeout: Duration,
@@ -136,7 +136,7 @@ enum RawKind {
     Metric,
 }
 
-impl TryFrom<RawCheck> for CheckConfig {
+impl TryFrom<RawCheck> for CheckSettings {
     type Error = String;
 
     fn try_from(raw: RawCheck) -> Result<Self, String> {
@@ -166,7 +166,7 @@ impl TryFrom<RawCheck> for CheckConfig {
                 max: raw.max.ok_or("this kind needs `max`")?,
             },
         };
-        Ok(CheckConfig {
+        Ok(CheckSettings {
             name: raw.name,
             kind,
             timeout: raw.timeout,
@@ -202,7 +202,7 @@ impl CheckClass {
 
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum SpeakerConfig {
+pub enum SpeakerSettings {
     Exabgp {
         #[serde(default)]
         communities: Vec<String>,
@@ -243,7 +243,7 @@ pub struct DegradedAttributes {
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GuardConfig {
+pub struct GuardSettings {
     /// Other PoPs' agent `/status` URLs.
     pub peers: Vec<String>,
     /// Veto a health withdraw only while the peers known to be withdrawn leave fewer
@@ -260,15 +260,15 @@ pub struct GuardConfig {
 use edge_kit::config_file::FieldErrors;
 pub use edge_kit::config_file::{ConfigErrors, FieldError};
 
-impl Config {
-    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+impl Settings {
+    pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
         edge_kit::config_file::load(path, Self::parse)
     }
 
     /// Parses and validates YAML text; errors are `(field path, message)` pairs: the
     /// first that stops parsing, or every rule the parsed file breaks.
-    pub fn parse(text: &str) -> Result<Config, Vec<FieldError>> {
-        let config: Config = edge_kit::config_file::parse_yaml(text)?;
+    pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
+        let config: Settings = edge_kit::config_file::parse_yaml(text)?;
         config.validate().into_result(|| config)
     }
 
@@ -293,7 +293,7 @@ impl Config {
 
     /// The fields of `self` that differ from `running` and only take effect at a restart
     /// (the listener, the speaker and what it announces).
-    pub fn needs_restart(&self, running: &Config) -> Vec<&'static str> {
+    pub fn needs_restart(&self, running: &Settings) -> Vec<&'static str> {
         let mut fields = Vec::new();
         if self.pop != running.pop {
             fields.push("pop");
@@ -350,7 +350,7 @@ impl Config {
                 "must be positive and at most 1m (use `graceful_shutdown: null` to withdraw at once)",
             );
         }
-        if let SpeakerConfig::Exabgp {
+        if let SpeakerSettings::Exabgp {
             local_as,
             as_path_prepend,
             degraded,
@@ -401,8 +401,8 @@ fn default_fall() -> u32 {
 fn default_hold_down() -> Duration {
     Duration::from_secs(5)
 }
-fn default_dampening() -> Option<DampeningConfig> {
-    Some(DampeningConfig {
+fn default_dampening() -> Option<DampeningSettings> {
+    Some(DampeningSettings {
         penalty: default_penalty(),
         half_life: default_half_life(),
         suppress: default_suppress(),
@@ -425,8 +425,8 @@ fn default_reuse() -> f64 {
 fn default_max_suppress() -> Duration {
     Duration::from_secs(300)
 }
-fn default_graceful_shutdown() -> Option<GracefulShutdownConfig> {
-    Some(GracefulShutdownConfig {
+fn default_graceful_shutdown() -> Option<GracefulShutdown> {
+    Some(GracefulShutdown {
         wait: default_graceful_wait(),
         on_health_withdraw: false,
     })
@@ -479,19 +479,19 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
 
     #[test]
     fn parses_with_defaults() {
-        let c = Config::parse(GOOD).unwrap();
+        let c = Settings::parse(GOOD).unwrap();
         assert_eq!(
             (c.rise, c.fall, c.interval),
             (10, 3, Duration::from_millis(500))
         );
         assert!(c.dampening.is_some());
         assert_eq!(c.checks[1].class, CheckClass::Shared);
-        assert!(matches!(c.speaker, SpeakerConfig::Bird { .. }));
+        assert!(matches!(c.speaker, SpeakerSettings::Bird { .. }));
     }
 
     #[test]
     fn errors_name_the_field() {
-        let first = |text: &str| Config::parse(text).unwrap_err().remove(0);
+        let first = |text: &str| Settings::parse(text).unwrap_err().remove(0);
         let FieldError { field, message } =
             first(&GOOD.replace("pop: fra1", "pop: fra1\nrisee: 3"));
         assert_eq!(field, "risee");
@@ -520,14 +520,14 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
 
     #[test]
     fn degrade_checks_and_graceful_shutdown_rules() {
-        let errors = |text: &str| Config::parse(text).unwrap_err();
-        let c = Config::parse(GOOD).unwrap();
+        let errors = |text: &str| Settings::parse(text).unwrap_err();
+        let c = Settings::parse(GOOD).unwrap();
         let graceful = c.graceful_shutdown.expect("on by default");
         assert_eq!(graceful.wait, Duration::from_secs(5));
         assert!(!graceful.on_health_withdraw);
         let metric = "  - { name: fill, kind: metric, url: \"http://127.0.0.1:9180/metrics\", metric: edge_spool_fill_ratio, max: 0.5, class: degrade }\n";
         let degrading = GOOD.replacen("checks:\n", &format!("checks:\n{metric}"), 1);
-        let c = Config::parse(&degrading).unwrap();
+        let c = Settings::parse(&degrading).unwrap();
         assert!(matches!(&c.checks[0].kind, CheckKind::Metric { max, .. } if *max == 0.5));
         assert_eq!(c.checks[0].class, CheckClass::Degrade);
         // ExaBGP must be told how to degrade, and prepending needs the AS.
@@ -545,13 +545,13 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
             "{ kind: exabgp }",
             "{ kind: exabgp, local_as: 65001, degraded: { as_path_prepend: 2 } }",
         );
-        assert!(Config::parse(&fine).is_ok());
+        assert!(Settings::parse(&fine).is_ok());
         let no_max = degrading.replace(", max: 0.5", "");
         assert!(errors(&no_max)[0].message.contains("this kind needs `max`"));
         let slow = GOOD.replace("pop: fra1", "pop: fra1\ngraceful_shutdown: { wait: 2m }");
         assert_eq!(errors(&slow)[0].field, "graceful_shutdown.wait");
         let off = GOOD.replace("pop: fra1", "pop: fra1\ngraceful_shutdown: null");
-        assert!(Config::parse(&off).unwrap().graceful_shutdown.is_none());
+        assert!(Settings::parse(&off).unwrap().graceful_shutdown.is_none());
     }
 
     #[test]
@@ -560,7 +560,7 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
             "pop: fra1",
             "pop: fra1\nrise: 0\nfall: 0\nfast_interval: 2s",
         );
-        let fields: Vec<String> = Config::parse(&bad)
+        let fields: Vec<String> = Settings::parse(&bad)
             .unwrap_err()
             .into_iter()
             .map(|e| e.field)
@@ -570,10 +570,10 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
 
     #[test]
     fn restart_only_fields_are_reported() {
-        let running = Config::parse(GOOD).unwrap();
-        let live = Config::parse(&GOOD.replace("pop: fra1", "pop: fra1\nrise: 4")).unwrap();
+        let running = Settings::parse(GOOD).unwrap();
+        let live = Settings::parse(&GOOD.replace("pop: fra1", "pop: fra1\nrise: 4")).unwrap();
         assert!(live.needs_restart(&running).is_empty());
-        let moved = Config::parse(
+        let moved = Settings::parse(
             &GOOD
                 .replace("9181", "9182")
                 .replace("/run/bird/bird.ctl", "/run/bird/other.ctl"),

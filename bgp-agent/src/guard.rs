@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use crate::config::GuardConfig;
+use crate::config::GuardSettings;
 
 /// What one peer's agent said about its route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl Guard {
 }
 
 /// Asks every peer at once, each bounded by the guard's timeout.
-pub async fn ask_peers(guard: &GuardConfig) -> Vec<PeerRoute> {
+pub async fn ask_peers(guard: &GuardSettings) -> Vec<PeerRoute> {
     futures::future::join_all(guard.peers.iter().map(|url| peer_route(url, guard.timeout))).await
 }
 
@@ -239,7 +239,7 @@ mod tests {
             silent_peer().await,
             dead,
         ];
-        let config = GuardConfig {
+        let config = GuardSettings {
             peers,
             min_other_pops_announcing: 1,
             timeout: Duration::from_millis(300),

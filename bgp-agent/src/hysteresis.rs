@@ -580,7 +580,7 @@ mod tests {
     /// withdrawn within 1 s, and the route changes at most twice.
     #[test]
     fn irregular_flapping_for_a_minute_makes_at_most_two_changes() {
-        let config = crate::config::Config::parse(AGENT_DEFAULTS).unwrap();
+        let config = crate::config::Settings::parse(AGENT_DEFAULTS).unwrap();
         let mut rng = 0x9E3779B97F4A7C15u64;
         for trial in 0..200 {
             let mut m = Machine::new(config.policy());

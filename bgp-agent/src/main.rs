@@ -104,13 +104,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(path: &std::path::Path) -> anyhow::Result<bgp_agent::config::Config> {
-    bgp_agent::config::Config::load(path).map_err(anyhow::Error::new)
+fn load(path: &std::path::Path) -> anyhow::Result<bgp_agent::config::Settings> {
+    bgp_agent::config::Settings::load(path).map_err(anyhow::Error::new)
 }
 
 /// Writes or removes the drain flag; on drain, waits (up to 30 s) for the running agent to
 /// report the route withdrawn, so a deploy script can go on safely.
-async fn set_drain(config: &bgp_agent::config::Config, drain: bool) -> anyhow::Result<()> {
+async fn set_drain(config: &bgp_agent::config::Settings, drain: bool) -> anyhow::Result<()> {
     let flag = config.drain_flag();
     std::fs::create_dir_all(&config.state_dir)?;
     if drain {

@@ -4,6 +4,6 @@
 fn the_readme_agent_config_parses() {
     let block = lab::readme::yaml_block("## BGP agent");
     let config =
-        bgp_agent::config::Config::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
+        bgp_agent::config::Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
     assert_eq!(config.prefixes.len(), 2);
 }

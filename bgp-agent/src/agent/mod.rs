@@ -18,7 +18,7 @@ use edge_kit::metrics::ResultLabel;
 use edge_kit::signals::{Signal, Signals};
 
 use crate::checks::{self, Outcome};
-use crate::config::Config;
+use crate::config::Settings;
 use crate::guard::{self, Guard, Tally, Verdict};
 use crate::hysteresis::{Change, Why};
 use crate::metrics::{
@@ -50,7 +50,7 @@ pub struct Status {
     pub checks: Vec<Outcome>,
 }
 
-pub async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
+pub async fn run(path: PathBuf, config: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&config.pop));
     let speaker = Speaker::new(
         &config.speaker,
@@ -124,7 +124,7 @@ pub async fn run(path: PathBuf, config: Config) -> anyhow::Result<()> {
 
 /// The agent's state between rounds, and what a round talks to.
 struct Runner {
-    config: Config,
+    config: Settings,
     agent: Agent,
     checks: CheckRunner,
     guard: Guard,
@@ -246,7 +246,7 @@ impl Status {
 /// counts a veto and a veto that ran out.
 async fn guard_allows(
     guard: &mut Guard,
-    config: &crate::config::GuardConfig,
+    config: &crate::config::GuardSettings,
     now: std::time::Duration,
     metrics: &Metrics,
 ) -> bool {
@@ -338,9 +338,9 @@ fn publish_route(advert: Advert, status: &Mutex<Status>) {
 
 /// Re-reads the config file: `Some` new config to run with (restart-only fields kept
 /// as they run), or `None` when the file is invalid. Logged and counted either way.
-fn reload(path: &Path, running: &Config, metrics: &Metrics) -> Option<Config> {
+fn reload(path: &Path, running: &Settings, metrics: &Metrics) -> Option<Settings> {
     let result = |result| ResultLabel { result };
-    match Config::load(path) {
+    match Settings::load(path) {
         Ok(mut new) => {
             let needs_restart = new.needs_restart(running);
             if !needs_restart.is_empty() {
@@ -444,7 +444,12 @@ impl CheckRunner {
 
     /// Runs the checks that are due (all of them while a change is pending)
     /// concurrently, and returns the latest outcome of every check.
-    async fn run_due(&mut self, config: &Config, pending: bool, metrics: &Metrics) -> Vec<Outcome> {
+    async fn run_due(
+        &mut self,
+        config: &Settings,
+        pending: bool,
+        metrics: &Metrics,
+    ) -> Vec<Outcome> {
         let now = Instant::now();
         let due: Vec<usize> = (0..config.checks.len())
             .filter(|&i| match &self.last_runs[i] {

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::config::GracefulShutdownConfig;
+use crate::config::GracefulShutdown;
 use crate::hysteresis::{Change, Degradation, Machine, Policy, Route, Time, Why};
 use crate::speaker::Advert;
 
@@ -20,7 +20,7 @@ pub(super) struct Agent {
     drained: bool,
     /// Whether a peer guard is configured: health withdraws then need its word.
     guarded: bool,
-    graceful: Option<GracefulShutdownConfig>,
+    graceful: Option<GracefulShutdown>,
     /// A graceful shutdown under way: the withdraw is due then.
     leaving_until: Option<Time>,
     degradation: Degradation,
@@ -37,11 +37,7 @@ pub(super) struct Round {
 }
 
 impl Agent {
-    pub(super) fn new(
-        policy: Policy,
-        guarded: bool,
-        graceful: Option<GracefulShutdownConfig>,
-    ) -> Self {
+    pub(super) fn new(policy: Policy, guarded: bool, graceful: Option<GracefulShutdown>) -> Self {
         Self {
             machine: Machine::new(policy),
             drained: false,
@@ -102,7 +98,7 @@ impl Agent {
         &mut self,
         policy: Policy,
         guarded: bool,
-        graceful: Option<GracefulShutdownConfig>,
+        graceful: Option<GracefulShutdown>,
     ) {
         self.machine.set_policy(policy);
         self.guarded = guarded;
@@ -162,8 +158,8 @@ mod tests {
         }
     }
 
-    fn graceful(on_health_withdraw: bool) -> Option<GracefulShutdownConfig> {
-        Some(GracefulShutdownConfig {
+    fn graceful(on_health_withdraw: bool) -> Option<GracefulShutdown> {
+        Some(GracefulShutdown {
             wait: Duration::from_secs(2),
             on_health_withdraw,
         })
@@ -177,7 +173,7 @@ mod tests {
         announced_with(guarded, None)
     }
 
-    fn announced_with(guarded: bool, graceful: Option<GracefulShutdownConfig>) -> Agent {
+    fn announced_with(guarded: bool, graceful: Option<GracefulShutdown>) -> Agent {
         let mut agent = Agent::new(policy(), guarded, graceful);
         agent.round(ms(0), true, false);
         assert_eq!(

@@ -7,7 +7,7 @@ mod xdp;
 
 use std::time::Instant;
 
-use crate::config::{CheckClass, CheckConfig, CheckKind};
+use crate::config::{CheckClass, CheckKind, CheckSettings};
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Outcome {
@@ -44,7 +44,7 @@ pub async fn fetch(url: &str) -> Result<String, String> {
     }
 }
 
-pub async fn run(check: &CheckConfig) -> Outcome {
+pub async fn run(check: &CheckSettings) -> Outcome {
     let started = Instant::now();
     let result = tokio::time::timeout(check.timeout, probe(&check.kind)).await;
     let (ok, detail) = match result {
@@ -144,7 +144,7 @@ mod tests {
     async fn file_check_is_a_maintenance_switch_and_exec_uses_the_exit_status() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("maintenance");
-        let check = |kind| CheckConfig {
+        let check = |kind| CheckSettings {
             name: "c".into(),
             kind,
             timeout: std::time::Duration::from_secs(2),
@@ -168,7 +168,7 @@ mod tests {
             .await
             .ok
         );
-        let slow = CheckConfig {
+        let slow = CheckSettings {
             timeout: std::time::Duration::from_millis(50),
             ..check(CheckKind::Exec {
                 command: vec!["sleep".into(), "5".into()],
@@ -180,7 +180,7 @@ mod tests {
 
     #[tokio::test]
     async fn xdp_check_reports_no_program_on_loopback() {
-        let out = run(&CheckConfig {
+        let out = run(&CheckSettings {
             name: "xdp".into(),
             kind: CheckKind::Xdp {
                 interface: "lo".into(),

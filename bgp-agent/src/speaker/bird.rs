@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use ipnet::IpNet;
 
 use super::advert::Advert;
-use crate::config::SpeakerConfig;
+use crate::config::SpeakerSettings;
 use crate::metrics::{PeerLabel, Sessions};
 
 pub struct Bird {
@@ -30,8 +30,8 @@ pub struct Bird {
 }
 
 impl Bird {
-    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>) -> Self {
-        let SpeakerConfig::Bird {
+    pub fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>) -> Self {
+        let SpeakerSettings::Bird {
             include_file,
             socket,
             birdc,

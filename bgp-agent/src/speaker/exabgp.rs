@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::advert::{Advert, GRACEFUL_SHUTDOWN};
-use crate::config::SpeakerConfig;
+use crate::config::SpeakerSettings;
 use crate::metrics::{PeerLabel, Sessions};
 
 pub struct ExaBgp {
@@ -32,8 +32,8 @@ pub struct ExaBgp {
 }
 
 impl ExaBgp {
-    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
-        let SpeakerConfig::Exabgp {
+    pub fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
+        let SpeakerSettings::Exabgp {
             communities,
             med,
             as_path_prepend,

@@ -15,7 +15,7 @@ use ipnet::IpNet;
 
 pub use advert::{Advert, GRACEFUL_SHUTDOWN};
 
-use crate::config::{Config, SpeakerConfig};
+use crate::config::{Settings, SpeakerSettings};
 use crate::metrics::Sessions;
 
 /// The BGP daemon this PoP's agent drives.
@@ -26,12 +26,12 @@ pub enum Speaker {
 
 impl Speaker {
     /// The speaker for `config`; it keeps `sessions` at the state of its BGP sessions.
-    pub fn new(config: &SpeakerConfig, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
+    pub fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
         match config {
-            SpeakerConfig::Exabgp { .. } => {
+            SpeakerSettings::Exabgp { .. } => {
                 Speaker::Exabgp(exabgp::ExaBgp::new(config, prefixes, sessions))
             }
-            SpeakerConfig::Bird { .. } => {
+            SpeakerSettings::Bird { .. } => {
                 let bird = bird::Bird::new(config, prefixes);
                 tokio::spawn(bird.watch_sessions(sessions));
                 Speaker::Bird(bird)
@@ -58,14 +58,14 @@ impl Speaker {
 /// Withdraws every prefix without a running agent (`bgp-agent withdraw`). Only BIRD can
 /// be told from outside: ExaBGP takes commands from its own API process alone, and
 /// respawns that process when it dies, and the fresh agent withdraws first.
-pub async fn withdraw_out_of_band(config: &Config) -> anyhow::Result<()> {
+pub async fn withdraw_out_of_band(config: &Settings) -> anyhow::Result<()> {
     match &config.speaker {
-        SpeakerConfig::Bird { .. } => {
+        SpeakerSettings::Bird { .. } => {
             bird::Bird::new(&config.speaker, config.prefixes.clone())
                 .apply(Advert::Withdrawn)
                 .await
         }
-        SpeakerConfig::Exabgp { .. } => anyhow::bail!(
+        SpeakerSettings::Exabgp { .. } => anyhow::bail!(
             "speaker exabgp: nothing to withdraw from outside; ExaBGP respawns the agent, \
              which starts withdrawn (stop ExaBGP to take the session down)"
         ),

@@ -20,7 +20,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use edge_xdp::config::Config;
+use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
 use packets::*;
 
@@ -40,7 +40,7 @@ fn main() {
 fn test_run_nanoseconds() {
     // BPF_PROG_TEST_RUN runs on the calling CPU: one CPU for every sample.
     pin_to_cpu(TEST_RUN_CPU);
-    let config = Config::parse("pop: b\ninterface: lo\nmetrics_listen: 127.0.0.1:0\nprotected: [192.0.2.0/24, \"2001:db8:1::/48\"]\nblocklist: [203.0.113.0/24]\n").unwrap();
+    let config = Settings::parse("pop: b\ninterface: lo\nmetrics_listen: 127.0.0.1:0\nprotected: [192.0.2.0/24, \"2001:db8:1::/48\"]\nblocklist: [203.0.113.0/24]\n").unwrap();
     let load = || {
         let mut filter = Filter::load().unwrap();
         filter.apply(&config).unwrap();

@@ -12,7 +12,7 @@ use xdp_common::{MAX_BURST, MAX_PROTECTED, MAX_RATE};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub struct Settings {
     pub pop: String,
     /// The PoP's public interface.
     pub interface: String,
@@ -55,14 +55,14 @@ pub struct Rate {
     pub burst: u64,
 }
 
-impl Config {
-    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+impl Settings {
+    pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
         edge_kit::config_file::load(path, Self::parse)
     }
 
     /// Parses and validates YAML text; errors are every `(field path, message)` found.
-    pub fn parse(text: &str) -> Result<Config, Vec<FieldError>> {
-        let config: Config = edge_kit::config_file::parse_yaml(text)?;
+    pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
+        let config: Settings = edge_kit::config_file::parse_yaml(text)?;
         let mut errors = FieldErrors::default();
         if config.protected.is_empty() {
             errors.add("protected", "must list the anycast prefixes");
@@ -117,14 +117,14 @@ mod tests {
 
     #[test]
     fn defaults_and_errors() {
-        let c = Config::parse("pop: fra1\ninterface: eth0\nmetrics_listen: 127.0.0.1:9182\nprotected: [192.0.2.0/24]\n").unwrap();
+        let c = Settings::parse("pop: fra1\ninterface: eth0\nmetrics_listen: 127.0.0.1:9182\nprotected: [192.0.2.0/24]\n").unwrap();
         assert_eq!((c.mode, c.tcp_ports.clone()), (Mode::Auto, vec![80, 443]));
-        let errors = Config::parse(
+        let errors = Settings::parse(
             "pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/33]\n",
         )
         .unwrap_err();
         assert_eq!(errors[0].field, "protected[0]");
-        let errors = Config::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/24]\nmod: skb\n").unwrap_err();
+        let errors = Settings::parse("pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: [192.0.2.0/24]\nmod: skb\n").unwrap_err();
         assert!(
             errors[0].message.contains("unknown field `mod`"),
             "{errors:?}"
@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn every_bad_field_is_named_at_once() {
-        let errors = Config::parse(
+        let errors = Settings::parse(
             "pop: a\ninterface: e\nmetrics_listen: 127.0.0.1:1\nprotected: []\n\
              syn_rate: { per_second: 1000000000, burst: 1 }\n\
              icmp_rate: { per_second: 1, burst: 2000000000 }\n",

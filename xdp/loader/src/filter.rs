@@ -10,7 +10,7 @@ use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use ipnet::IpNet;
 use xdp_common::{Counter, Hints, Limits, List, PRESENT, Prefix, REASONS, Reason};
 
-use crate::config::{Config, Mode};
+use crate::config::{Mode, Settings};
 
 pub struct Filter {
     ebpf: aya::Ebpf,
@@ -40,7 +40,7 @@ impl Filter {
     }
 
     /// Fills every map from `config`: the lists are replaced whole.
-    pub fn apply(&mut self, config: &Config) -> anyhow::Result<()> {
+    pub fn apply(&mut self, config: &Settings) -> anyhow::Result<()> {
         self.set_protected(&config.protected)?;
         self.set_prefixes(
             ("ALLOW_V4", List::AllowV4),

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edge_kit::admin::Answer;
 use edge_kit::signals::{Signal, Signals};
-use edge_xdp::config::Config;
+use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
 use edge_xdp::metrics;
 
@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         .expect("tokio runtime");
     let result = match cli.command {
         Command::Run { config } => runtime.block_on(run(config)),
-        Command::CheckConfig { config } => Config::load(&config)
+        Command::CheckConfig { config } => Settings::load(&config)
             .map(|c| {
                 println!(
                     "{}: ok (protecting {} prefixes)",
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(path: PathBuf) -> anyhow::Result<()> {
-    let config = Config::load(&path)?;
+    let config = Settings::load(&path)?;
     let mut filter = Filter::load()?;
     filter.apply(&config)?;
     let mode = filter.attach(&config.interface, config.mode)?;
@@ -99,7 +99,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
 
     let mut signals = Signals::new()?;
     while signals.next().await == Signal::Hangup {
-        match Config::load(&path) {
+        match Settings::load(&path) {
             Ok(new) if new.interface == config.interface => {
                 match filter.lock().expect("filter lock").apply(&new) {
                     Ok(()) => tracing::info!(
@@ -147,7 +147,7 @@ async fn serve_metrics(
 }
 
 async fn stats(path: PathBuf) -> anyhow::Result<()> {
-    let config = Config::load(&path)?;
+    let config = Settings::load(&path)?;
     let text = fetch_metrics(config.metrics_listen).await?;
     let counters = metrics::parse(&text);
     print!("{}", metrics::table(&counters));

@@ -4,6 +4,6 @@
 fn the_readme_xdp_config_parses() {
     let block = lab::readme::yaml_block("## XDP filter");
     let config =
-        edge_xdp::config::Config::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
+        edge_xdp::config::Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
     assert_eq!(config.interface, "eth0");
 }

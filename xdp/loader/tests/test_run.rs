@@ -5,7 +5,7 @@ mod packets;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use edge_xdp::config::Config;
+use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
 use packets::*;
 use xdp_common::Reason;
@@ -33,7 +33,7 @@ const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 1, 0, 0, 0, 1);
 
 fn filter() -> Filter {
     let mut filter = Filter::load().expect("the verifier accepts the program");
-    filter.apply(&Config::parse(CONFIG).unwrap()).unwrap();
+    filter.apply(&Settings::parse(CONFIG).unwrap()).unwrap();
     filter
 }
 
@@ -415,7 +415,7 @@ fn empty_lists_are_skipped_and_refilled_lists_apply() {
         "allowlist: [198.51.100.0/24, \"2001:db8:aaaa::/48\"]",
         "allowlist: []",
     );
-    f.apply(&Config::parse(&text).unwrap()).unwrap();
+    f.apply(&Settings::parse(&text).unwrap()).unwrap();
     let src = Ipv4Addr::new(198, 51, 100, 7);
     expect(
         &f,
@@ -423,7 +423,7 @@ fn empty_lists_are_skipped_and_refilled_lists_apply() {
         Reason::TcpFlags,
         "no allowlist any more",
     );
-    f.apply(&Config::parse(CONFIG).unwrap()).unwrap();
+    f.apply(&Settings::parse(CONFIG).unwrap()).unwrap();
     expect(
         &f,
         &ipv4(src, VIP, 6, &tcp(22, SYN | FIN)).bytes(),
@@ -444,7 +444,7 @@ fn lists_are_replaced_on_reapply() {
         "before",
     );
     let text = CONFIG.replace("blocklist: [203.0.113.0/24", "blocklist: [100.64.200.0/24");
-    f.apply(&Config::parse(&text).unwrap()).unwrap();
+    f.apply(&Settings::parse(&text).unwrap()).unwrap();
     expect(
         &f,
         &ipv4(src, VIP, 6, &tcp(443, ACK)).bytes(),
@@ -467,7 +467,7 @@ fn list_hints_only_skip_sources_the_lists_cannot_hold() {
         "blocklist: [203.0.113.0/24, \"2001:db8:bad::/48\"]",
         "blocklist: [203.0.113.0/24, 10.0.0.0/7, 172.16.5.7/32, \"2001:db8:bad::/48\", \"2a00::/20\", \"::/0\"]",
     );
-    f.apply(&Config::parse(&text).unwrap()).unwrap();
+    f.apply(&Settings::parse(&text).unwrap()).unwrap();
     let ack = |src| ipv4(src, VIP, 6, &tcp(443, ACK)).bytes();
     for (src, reason, what) in [
         (
@@ -509,7 +509,7 @@ fn list_hints_only_skip_sources_the_lists_cannot_hold() {
         "::/0 holds every source",
     );
     let text = text.replace(", \"::/0\"]", "]");
-    f.apply(&Config::parse(&text).unwrap()).unwrap();
+    f.apply(&Settings::parse(&text).unwrap()).unwrap();
     for (src, reason, what) in [
         (
             Ipv6Addr::new(0x2a00, 0xfff, 0, 0, 0, 0, 0, 1),
