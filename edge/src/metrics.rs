@@ -47,8 +47,7 @@ impl Metrics {
             ready.clone(),
         );
         edge_kit::metrics::register_build_info(edge, env!("CARGO_PKG_VERSION"));
-        let admission = AdmissionMetrics::default();
-        admission.register(&mut registry);
+        let admission = AdmissionMetrics::register(&mut registry);
         Self {
             registry,
             ready,

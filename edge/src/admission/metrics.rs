@@ -51,43 +51,46 @@ impl Default for AdmissionMetrics {
 }
 
 impl AdmissionMetrics {
-    pub fn register(&self, registry: &mut Registry) {
+    /// The admission metrics, registered (unregistered ones, for tests: `default()`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
         let ingress = registry.sub_registry_with_prefix("webhook_ingress");
         ingress.register(
             "concurrency_limit",
             "Adaptive concurrency limit (slots for verify + spool append + fsync)",
-            self.limit.clone(),
+            metrics.limit.clone(),
         );
         ingress.register(
             "inflight_requests",
             "Requests holding a slot",
-            self.inflight.clone(),
+            metrics.inflight.clone(),
         );
         ingress.register(
             "shed",
             "Requests refused by admission control, by priority and reason (rate_limited is a 429, the rest 503)",
-            self.shed.clone(),
+            metrics.shed.clone(),
         );
         ingress.register(
             "shed_after_body",
             "Of those, refused only after their body was read (no slot then, or shed from the queue): bytes received for nothing",
-            self.shed_after_body.clone(),
+            metrics.shed_after_body.clone(),
         );
         ingress.register(
             "queue_delay_seconds",
             "Time spent waiting for a slot",
-            self.queue_delay.clone(),
+            metrics.queue_delay.clone(),
         );
         ingress.register(
             "shed_ledger_dropped",
             "Refused requests with a delivery id that the shed ledger could not keep",
-            self.ledger_dropped.clone(),
+            metrics.ledger_dropped.clone(),
         );
         ingress.register(
             "overloaded",
             "1 while the minimum wait for a slot stays above the target (CoDel)",
-            self.overloaded.clone(),
+            metrics.overloaded.clone(),
         );
+        metrics
     }
 
     pub(super) fn shed(&self, priority: Priority, reason: &'static str) {
