@@ -583,7 +583,7 @@ mod tests {
         let config = crate::config::Settings::parse(AGENT_DEFAULTS).unwrap();
         let mut rng = 0x9E3779B97F4A7C15u64;
         for trial in 0..200 {
-            let mut m = Machine::new(config.policy());
+            let mut m = Machine::new(config.policy.clone());
             let mut edges = vec![(0u64, true)];
             let mut t = 10_000;
             while t < 70_000 {

@@ -1,9 +1,46 @@
-//! The README's agent config is real: it parses and validates as the agent's own file.
+//! The README's agent config is real: it parses and validates as the agent's own file,
+//! and the values it shows for what can be left out are the defaults.
+
+use bgp_agent::config::Settings;
 
 #[test]
-fn the_readme_agent_config_parses() {
+fn the_readme_agent_config_parses_and_shows_the_defaults() {
     let block = lab::readme::yaml_block("## BGP agent");
-    let config =
-        bgp_agent::config::Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
-    assert_eq!(config.prefixes.len(), 2);
+    let readme = Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
+    assert_eq!(readme.prefixes.len(), 2);
+    let required_only: String = block
+        .lines()
+        .filter(|line| {
+            !DEFAULTED
+                .iter()
+                .any(|key| line.starts_with(&format!("{key}:")))
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let defaults = Settings::parse(&required_only).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(readme.interval, defaults.interval, "interval");
+    assert_eq!(
+        readme.policy, defaults.policy,
+        "rise, fall, hold_down, dampening"
+    );
+    assert_eq!(readme.withdraw_on_exit, defaults.withdraw_on_exit);
+    assert_eq!(
+        format!("{:?}", readme.graceful_shutdown),
+        format!("{:?}", defaults.graceful_shutdown)
+    );
+    assert_eq!(
+        readme.checks[0].timeout, defaults.checks[0].timeout,
+        "check timeout"
+    );
 }
+
+/// The top-level keys the README's block sets to their default values.
+const DEFAULTED: &[&str] = &[
+    "interval",
+    "rise",
+    "fall",
+    "hold_down",
+    "dampening",
+    "withdraw_on_exit",
+    "graceful_shutdown",
+];

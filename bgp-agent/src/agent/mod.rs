@@ -89,7 +89,7 @@ pub async fn run(path: PathBuf, config: Settings) -> anyhow::Result<()> {
     watchdog.ready();
 
     let agent = Agent::new(
-        config.policy(),
+        config.policy.clone(),
         config.guard.is_some(),
         config.graceful_shutdown.clone(),
     );
@@ -191,7 +191,7 @@ impl Runner {
         if let Some(reloaded) = reload(path, &self.config, &self.metrics) {
             self.config = reloaded;
             self.agent.reconfigure(
-                self.config.policy(),
+                self.config.policy.clone(),
                 self.config.guard.is_some(),
                 self.config.graceful_shutdown.clone(),
             );
@@ -358,8 +358,8 @@ fn reload(path: &Path, running: &Settings, metrics: &Metrics) -> Option<Settings
             tracing::info!(
                 checks = new.checks.len(),
                 interval_ms = new.interval.as_millis() as u64,
-                rise = new.rise,
-                fall = new.fall,
+                rise = new.policy.rise,
+                fall = new.policy.fall,
                 "config reloaded"
             );
             Some(new)

@@ -1,42 +1,44 @@
-//! The agent's YAML configuration, parsed once into typed settings. Unknown keys are
+//! The agent's YAML configuration, parsed once into typed [`Settings`]. Unknown keys are
 //! errors; every error names the file and the field.
+//!
+//! As the edge's: the file as written (`Raw…`, each default stated once in its
+//! `impl Default`) is validated into settings, and every rule it breaks is reported
+//! at once. One module per list-like section (`checks`, `speaker`).
+
+mod checks;
+mod speaker;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use edge_kit::config_file::FieldErrors;
+pub use edge_kit::config_file::{ConfigErrors, FieldError};
 use ipnet::IpNet;
 use serde::Deserialize;
 
+pub use checks::{CheckClass, CheckKind, CheckSettings};
+pub use speaker::{DegradedAttributes, SpeakerSettings};
+
 use crate::hysteresis::{Dampening, Policy};
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Validated settings, ready to use.
+#[derive(Clone, Debug)]
 pub struct Settings {
     pub pop: String,
     pub prefixes: Vec<IpNet>,
     /// Holds the drain flag, so a drain survives restarts.
     pub state_dir: PathBuf,
     pub admin_listen: SocketAddr,
-    #[serde(default = "default_interval", with = "humantime_serde")]
     pub interval: Duration,
     /// Re-check interval while a change is pending (a failure while announced, a
     /// success while withdrawn).
-    #[serde(default = "default_fast_interval", with = "humantime_serde")]
     pub fast_interval: Duration,
-    #[serde(default = "default_rise")]
-    pub rise: u32,
-    #[serde(default = "default_fall")]
-    pub fall: u32,
-    #[serde(default = "default_hold_down", with = "humantime_serde")]
-    pub hold_down: Duration,
-    #[serde(default = "default_dampening")]
-    pub dampening: Option<DampeningSettings>,
-    #[serde(default = "default_true")]
+    /// Rise, fall, hold-down and dampening: what the hysteresis decides with.
+    pub policy: Policy,
     pub withdraw_on_exit: bool,
     /// RFC 8326: before a drain or exit withdraws, announce with GRACEFUL_SHUTDOWN
-    /// (65535:0) so upstreams move traffic away first. `null`: withdraw at once.
-    #[serde(default = "default_graceful_shutdown")]
+    /// (65535:0) so upstreams move traffic away first. `None`: withdraw at once.
     pub graceful_shutdown: Option<GracefulShutdown>,
     pub checks: Vec<CheckSettings>,
     pub speaker: SpeakerSettings,
@@ -44,205 +46,27 @@ pub struct Settings {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DampeningSettings {
-    #[serde(default = "default_penalty")]
-    pub penalty: f64,
-    #[serde(default = "default_half_life", with = "humantime_serde")]
-    pub half_life: Duration,
-    #[serde(default = "default_suppress")]
-    pub suppress: f64,
-    #[serde(default = "default_reuse")]
-    pub reuse: f64,
-    #[serde(default = "default_max_suppress", with = "humantime_serde")]
-    pub max_suppress: Duration,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct GracefulShutdown {
-    /// How long the route stays announced with 65535:0 before the withdraw.
-    #[serde(default = "default_graceful_wait", with = "humantime_serde")]
+    /// How long the route stays announced with 65535:0 before the withdraw. Default 5s.
+    #[serde(with = "humantime_serde")]
     pub wait: Duration,
-    /// Also for health withdraws. Off by default: a failing edge is an emergency, and
+    /// Also for health withdraws. Default off: a failing edge is an emergency, and
     /// traffic should leave it now.
-    #[serde(default)]
     pub on_health_withdraw: bool,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, try_from = "RawCheck")]
-pub struct CheckSettings {
-    pub name: String,
-    pub kind: CheckKind,
-    pub timeout: Duration,
-    /// How often this check runs; the agent's `interval` when unset. Every check runs at
-    /// `fast_interval` while a change is pending.
-    pub interval: Option<Duration>,
-    pub class: CheckClass,
-}
-
-#[derive(Clone, Debug)]
-pub enum CheckKind {
-    /// GET the URL; healthy on 2xx.
-    Http { url: String },
-    /// Healthy when a TCP connection opens.
-    Tcp { address: String },
-    /// Healthy when the command exits 0.
-    Exec { command: Vec<String> },
-    /// Maintenance switch: unhealthy while the file exists.
-    File { path: PathBuf },
-    /// Healthy while an XDP program is attached to the interface.
-    Xdp { interface: String },
-    /// GET a Prometheus text page; healthy while every sample of `metric` (any labels)
-    /// is at most `max`. A page without the metric fails.
-    Metric {
-        url: String,
-        metric: String,
-        max: f64,
-    },
-}
-
-/// A check as written: one flat map, so unknown keys can be refused (serde cannot refuse
-/// them through a flattened enum).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCheck {
-    name: String,
-    kind: RawKind,
-    url: Option<String>,
-    address: Option<String>,
-    command: Option<Vec<String>>,
-    path: Option<PathBuf>,
-    interface: Option<String>,
-    metric: Option<String>,
-    max: Option<f64>,
-    #[serde(default = "default_check_timeout", with = "humantime_serde")]
-    timeout: Duration,
-    #[serde(default, with = "humantime_serde")]
-    interval: Option<Duration>,
-    #[serde(default)]
-    class: CheckClass,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum RawKind {
-    Http,
-    Tcp,
-    Exec,
-    File,
-    Xdp,
-    Metric,
-}
-
-impl TryFrom<RawCheck> for CheckSettings {
-    type Error = String;
-
-    fn try_from(raw: RawCheck) -> Result<Self, String> {
-        let need = |value: Option<String>, field: &str| {
-            value.ok_or_else(|| format!("this kind needs `{field}`"))
-        };
-        let kind = match raw.kind {
-            RawKind::Http => CheckKind::Http {
-                url: need(raw.url, "url")?,
-            },
-            RawKind::Tcp => CheckKind::Tcp {
-                address: need(raw.address, "address")?,
-            },
-            RawKind::Exec => match raw.command {
-                Some(command) if !command.is_empty() => CheckKind::Exec { command },
-                _ => return Err("this kind needs a non-empty `command`".into()),
-            },
-            RawKind::File => CheckKind::File {
-                path: raw.path.ok_or("this kind needs `path`")?,
-            },
-            RawKind::Xdp => CheckKind::Xdp {
-                interface: need(raw.interface, "interface")?,
-            },
-            RawKind::Metric => CheckKind::Metric {
-                url: need(raw.url, "url")?,
-                metric: need(raw.metric, "metric")?,
-                max: raw.max.ok_or("this kind needs `max`")?,
-            },
-        };
-        Ok(CheckSettings {
-            name: raw.name,
-            kind,
-            timeout: raw.timeout,
-            interval: raw.interval,
-            class: raw.class,
-        })
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckClass {
-    /// Failure means this PoP cannot serve: may withdraw.
-    #[default]
-    Local,
-    /// A dependency every PoP shares (the origin): reported, never a reason to withdraw.
-    Shared,
-    /// Failure makes this PoP less preferred (announced with the speaker's degraded
-    /// attributes: a longer AS path, a higher MED) and never withdraws: a soft drain.
-    Degrade,
-}
-
-impl CheckClass {
-    /// The `class` label of the check metrics.
-    pub fn label(self) -> &'static str {
-        match self {
-            CheckClass::Local => "local",
-            CheckClass::Shared => "shared",
-            CheckClass::Degrade => "degrade",
+impl Default for GracefulShutdown {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(5),
+            on_health_withdraw: false,
         }
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum SpeakerSettings {
-    Exabgp {
-        #[serde(default)]
-        communities: Vec<String>,
-        med: Option<u32>,
-        #[serde(default)]
-        as_path_prepend: u32,
-        /// The agent's own AS, prepended `as_path_prepend` times.
-        local_as: Option<u32>,
-        /// Instead of `med` and `as_path_prepend` while a `degrade` check fails.
-        #[serde(default)]
-        degraded: DegradedAttributes,
-        #[serde(default = "default_ack_timeout", with = "humantime_serde")]
-        ack_timeout: Duration,
-    },
-    Bird {
-        include_file: PathBuf,
-        socket: PathBuf,
-        #[serde(default = "default_birdc")]
-        birdc: PathBuf,
-        #[serde(default = "default_define")]
-        define_v4: String,
-        #[serde(default = "default_define_v6")]
-        define_v6: String,
-        #[serde(default = "default_birdc_timeout", with = "humantime_serde")]
-        timeout: Duration,
-    },
-}
-
-/// What a degraded PoP announces with ExaBGP (BIRD: its export filter decides).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DegradedAttributes {
-    pub med: Option<u32>,
-    /// Times `local_as` is prepended.
-    #[serde(default)]
-    pub as_path_prepend: u32,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The peer guard, validated.
+#[derive(Clone, Debug)]
 pub struct GuardSettings {
     /// Other PoPs' agent `/status` URLs.
     pub peers: Vec<String>,
@@ -250,41 +74,20 @@ pub struct GuardSettings {
     /// than this many that announce or did not answer.
     pub min_other_pops_announcing: usize,
     /// A peer that has not answered within this is unknown.
-    #[serde(default = "default_check_timeout", with = "humantime_serde")]
     pub timeout: Duration,
     /// The longest a veto holds a failing PoP announced; then it withdraws anyway.
-    #[serde(default = "default_max_veto", with = "humantime_serde")]
     pub max_veto: Duration,
 }
-
-use edge_kit::config_file::FieldErrors;
-pub use edge_kit::config_file::{ConfigErrors, FieldError};
 
 impl Settings {
     pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
         edge_kit::config_file::load(path, Self::parse)
     }
 
-    /// Parses and validates YAML text; errors are `(field path, message)` pairs: the
-    /// first that stops parsing, or every rule the parsed file breaks.
+    /// Parses and validates YAML text: the first error that stops parsing, or every
+    /// rule the parsed file breaks.
     pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
-        let config: Settings = edge_kit::config_file::parse_yaml(text)?;
-        config.validate().into_result(|| config)
-    }
-
-    pub fn policy(&self) -> Policy {
-        Policy {
-            rise: self.rise,
-            fall: self.fall,
-            hold_down: self.hold_down,
-            dampening: self.dampening.as_ref().map(|d| Dampening {
-                penalty: d.penalty,
-                half_life: d.half_life,
-                suppress: d.suppress,
-                reuse: d.reuse,
-                max_suppress: d.max_suppress,
-            }),
-        }
+        edge_kit::config_file::parse_yaml::<RawSettings>(text)?.validate()
     }
 
     pub fn drain_flag(&self) -> PathBuf {
@@ -312,24 +115,151 @@ impl Settings {
         }
         fields
     }
+}
 
-    fn validate(&self) -> FieldErrors {
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawSettings {
+    /// Required: the PoP's name, in logs, metrics and `/status`.
+    pop: Option<String>,
+    /// Required: the anycast prefixes announced.
+    prefixes: Vec<IpNet>,
+    /// Required.
+    state_dir: Option<PathBuf>,
+    /// Required: where `/status`, `/metrics` and the drain endpoints listen.
+    admin_listen: Option<SocketAddr>,
+    /// How often the checks run. Default 500ms.
+    #[serde(with = "humantime_serde")]
+    interval: Duration,
+    /// Default 100ms.
+    #[serde(with = "humantime_serde")]
+    fast_interval: Duration,
+    /// Passing rounds in a row before a withdrawn route returns. Default 10.
+    rise: u32,
+    /// Failing rounds in a row before an announced route is withdrawn. Default 3.
+    fall: u32,
+    /// After a withdraw, the shortest time before the route may return. Default 5s.
+    #[serde(with = "humantime_serde")]
+    hold_down: Duration,
+    /// RFC 2439-style flap dampening; `null` turns it off. Default on, with the
+    /// values of [`RawDampening`]'s defaults.
+    dampening: Option<RawDampening>,
+    /// Withdraw when the agent stops. Default true.
+    withdraw_on_exit: bool,
+    /// `null`: withdraw at once. Default on, with [`GracefulShutdown`]'s defaults.
+    graceful_shutdown: Option<GracefulShutdown>,
+    /// Required: at least one `local` check.
+    checks: Vec<checks::RawCheck>,
+    /// Required.
+    speaker: Option<speaker::RawSpeaker>,
+    /// Default: no guard.
+    guard: Option<RawGuard>,
+}
+
+impl Default for RawSettings {
+    fn default() -> Self {
+        Self {
+            pop: None,
+            prefixes: Vec::new(),
+            state_dir: None,
+            admin_listen: None,
+            interval: Duration::from_millis(500),
+            fast_interval: Duration::from_millis(100),
+            rise: 10,
+            fall: 3,
+            hold_down: Duration::from_secs(5),
+            dampening: Some(RawDampening::default()),
+            withdraw_on_exit: true,
+            graceful_shutdown: Some(GracefulShutdown::default()),
+            checks: Vec::new(),
+            speaker: None,
+            guard: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawDampening {
+    /// Added at each withdraw. Default 1000.
+    penalty: f64,
+    /// Default 30s.
+    #[serde(with = "humantime_serde")]
+    half_life: Duration,
+    /// Above this the route stays withdrawn. Default 2500.
+    suppress: f64,
+    /// Below this it may return. Default 750.
+    reuse: f64,
+    /// The longest a route stays suppressed. Default 5m.
+    #[serde(with = "humantime_serde")]
+    max_suppress: Duration,
+}
+
+impl Default for RawDampening {
+    fn default() -> Self {
+        Self {
+            penalty: 1000.0,
+            half_life: Duration::from_secs(30),
+            suppress: 2500.0,
+            reuse: 750.0,
+            max_suppress: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawGuard {
+    /// Required: other PoPs' agent `/status` URLs.
+    peers: Vec<String>,
+    /// Required.
+    min_other_pops_announcing: Option<usize>,
+    /// Default 300ms.
+    #[serde(with = "humantime_serde")]
+    timeout: Duration,
+    /// Default 5m.
+    #[serde(with = "humantime_serde")]
+    max_veto: Duration,
+}
+
+impl Default for RawGuard {
+    fn default() -> Self {
+        Self {
+            peers: Vec::new(),
+            min_other_pops_announcing: None,
+            timeout: Duration::from_millis(300),
+            max_veto: Duration::from_secs(300),
+        }
+    }
+}
+
+impl RawSettings {
+    fn validate(self) -> Result<Settings, Vec<FieldError>> {
         let mut errors = FieldErrors::default();
-        let mut fail = |field: &str, message: &str| errors.add(field, message);
+        let mut required = |present: bool, field: &str| {
+            if !present {
+                errors.add(field, "required");
+            }
+        };
+        required(self.pop.is_some(), "pop");
+        required(self.state_dir.is_some(), "state_dir");
+        required(self.admin_listen.is_some(), "admin_listen");
+        required(self.speaker.is_some(), "speaker");
         if self.prefixes.is_empty() {
-            fail("prefixes", "must list at least one prefix");
+            errors.add("prefixes", "must list at least one prefix");
         }
         if self.rise == 0 {
-            fail("rise", "must be at least 1");
+            errors.add("rise", "must be at least 1");
         }
         if self.fall == 0 {
-            fail("fall", "must be at least 1");
+            errors.add("fall", "must be at least 1");
         }
         if self.interval.is_zero() {
-            fail("interval", "must be positive");
+            errors.add("interval", "must be positive");
         }
         if self.fast_interval.is_zero() || self.fast_interval > self.interval {
-            fail(
+            errors.add(
                 "fast_interval",
                 "must be positive and not longer than interval",
             );
@@ -337,7 +267,7 @@ impl Settings {
         if let Some(d) = &self.dampening
             && !(d.reuse < d.suppress && d.penalty > 0.0 && !d.half_life.is_zero())
         {
-            fail(
+            errors.add(
                 "dampening",
                 "needs reuse < suppress, a positive penalty and half_life",
             );
@@ -345,121 +275,72 @@ impl Settings {
         if let Some(g) = &self.graceful_shutdown
             && (g.wait.is_zero() || g.wait > MAX_GRACEFUL_WAIT)
         {
-            fail(
+            errors.add(
                 "graceful_shutdown.wait",
                 "must be positive and at most 1m (use `graceful_shutdown: null` to withdraw at once)",
             );
         }
-        if let SpeakerSettings::Exabgp {
-            local_as,
-            as_path_prepend,
-            degraded,
-            ..
-        } = &self.speaker
-        {
-            if (*as_path_prepend > 0 || degraded.as_path_prepend > 0) && local_as.is_none() {
-                fail("speaker.local_as", "is needed to prepend the AS path");
-            }
-            let degrades = self.checks.iter().any(|c| c.class == CheckClass::Degrade);
-            if degrades && degraded.med.is_none() && degraded.as_path_prepend == 0 {
-                fail(
-                    "speaker.degraded",
-                    "must set med or as_path_prepend for the degrade checks to change anything",
-                );
-            }
-        }
-        if !self.checks.iter().any(|c| c.class == CheckClass::Local) {
-            fail(
+        let checks = checks::validate(self.checks, &mut errors);
+        let degrades = checks.iter().any(|c| c.class == CheckClass::Degrade);
+        let speaker = self.speaker.map(|raw| raw.validate(degrades, &mut errors));
+        if !checks.iter().any(|c| c.class == CheckClass::Local) {
+            errors.add(
                 "checks",
                 "needs at least one local check (shared checks never withdraw)",
             );
         }
-        if let Some(guard) = &self.guard
-            && guard.peers.len() < guard.min_other_pops_announcing
-        {
-            fail(
+        let guard = self.guard.and_then(|raw| raw.validate(&mut errors));
+        errors.into_result(|| Settings {
+            pop: self.pop.unwrap_or_default(),
+            prefixes: self.prefixes,
+            state_dir: self.state_dir.unwrap_or_default(),
+            admin_listen: self.admin_listen.expect("checked: required"),
+            interval: self.interval,
+            fast_interval: self.fast_interval,
+            policy: Policy {
+                rise: self.rise,
+                fall: self.fall,
+                hold_down: self.hold_down,
+                dampening: self.dampening.map(|d| Dampening {
+                    penalty: d.penalty,
+                    half_life: d.half_life,
+                    suppress: d.suppress,
+                    reuse: d.reuse,
+                    max_suppress: d.max_suppress,
+                }),
+            },
+            withdraw_on_exit: self.withdraw_on_exit,
+            graceful_shutdown: self.graceful_shutdown,
+            checks,
+            speaker: speaker.expect("checked: required"),
+            guard,
+        })
+    }
+}
+
+impl RawGuard {
+    fn validate(self, errors: &mut FieldErrors) -> Option<GuardSettings> {
+        let Some(minimum) = self.min_other_pops_announcing else {
+            errors.add("guard.min_other_pops_announcing", "required");
+            return None;
+        };
+        if self.peers.len() < minimum {
+            errors.add(
                 "guard.min_other_pops_announcing",
                 "is larger than the number of peers",
             );
         }
-        errors
+        Some(GuardSettings {
+            peers: self.peers,
+            min_other_pops_announcing: minimum,
+            timeout: self.timeout,
+            max_veto: self.max_veto,
+        })
     }
 }
 
-fn default_interval() -> Duration {
-    Duration::from_millis(500)
-}
-fn default_fast_interval() -> Duration {
-    Duration::from_millis(100)
-}
-fn default_rise() -> u32 {
-    10
-}
-fn default_fall() -> u32 {
-    3
-}
-fn default_hold_down() -> Duration {
-    Duration::from_secs(5)
-}
-fn default_dampening() -> Option<DampeningSettings> {
-    Some(DampeningSettings {
-        penalty: default_penalty(),
-        half_life: default_half_life(),
-        suppress: default_suppress(),
-        reuse: default_reuse(),
-        max_suppress: default_max_suppress(),
-    })
-}
-fn default_penalty() -> f64 {
-    1000.0
-}
-fn default_half_life() -> Duration {
-    Duration::from_secs(30)
-}
-fn default_suppress() -> f64 {
-    2500.0
-}
-fn default_reuse() -> f64 {
-    750.0
-}
-fn default_max_suppress() -> Duration {
-    Duration::from_secs(300)
-}
-fn default_graceful_shutdown() -> Option<GracefulShutdown> {
-    Some(GracefulShutdown {
-        wait: default_graceful_wait(),
-        on_health_withdraw: false,
-    })
-}
-fn default_graceful_wait() -> Duration {
-    Duration::from_secs(5)
-}
 /// A drain or a stop waits this long at most: within systemd's 90 s stop timeout.
 const MAX_GRACEFUL_WAIT: Duration = Duration::from_secs(60);
-fn default_true() -> bool {
-    true
-}
-fn default_max_veto() -> Duration {
-    Duration::from_secs(300)
-}
-fn default_check_timeout() -> Duration {
-    Duration::from_millis(300)
-}
-fn default_ack_timeout() -> Duration {
-    Duration::from_secs(2)
-}
-fn default_birdc() -> PathBuf {
-    PathBuf::from("birdc")
-}
-fn default_define() -> String {
-    "ANYCAST_V4".into()
-}
-fn default_define_v6() -> String {
-    "ANYCAST_V6".into()
-}
-fn default_birdc_timeout() -> Duration {
-    Duration::from_secs(2)
-}
 
 #[cfg(test)]
 mod tests {
@@ -481,10 +362,10 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
     fn parses_with_defaults() {
         let c = Settings::parse(GOOD).unwrap();
         assert_eq!(
-            (c.rise, c.fall, c.interval),
+            (c.policy.rise, c.policy.fall, c.interval),
             (10, 3, Duration::from_millis(500))
         );
-        assert!(c.dampening.is_some());
+        assert!(c.policy.dampening.is_some());
         assert_eq!(c.checks[1].class, CheckClass::Shared);
         assert!(matches!(c.speaker, SpeakerSettings::Bird { .. }));
     }
@@ -566,6 +447,31 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
             .map(|e| e.field)
             .collect();
         assert_eq!(fields, ["rise", "fall", "fast_interval"]);
+    }
+
+    #[test]
+    fn required_fields_and_the_speaker_s_fields_are_named() {
+        let fields = |text: &str| -> Vec<String> {
+            Settings::parse(text)
+                .unwrap_err()
+                .into_iter()
+                .map(|e| e.field)
+                .collect()
+        };
+        let bare = GOOD
+            .replace("pop: fra1\n", "")
+            .replace("admin_listen: 127.0.0.1:9181\n", "");
+        assert_eq!(fields(&bare), ["pop", "admin_listen"]);
+        let no_socket = GOOD.replace(", socket: /run/bird/bird.ctl", "");
+        assert_eq!(fields(&no_socket), ["speaker.socket"]);
+        let typo = GOOD.replace("socket: /run", "sockett: /run");
+        // serde buffers a tagged enum's map, so the path stops at the enum; the message
+        // names the key.
+        let refused = Settings::parse(&typo).unwrap_err();
+        assert_eq!(refused[0].field, "speaker");
+        assert!(refused[0].message.contains("unknown field `sockett`"));
+        let guard = GOOD.replace("pop: fra1", "pop: fra1\nguard: { peers: [a] }");
+        assert_eq!(fields(&guard), ["guard.min_other_pops_announcing"]);
     }
 
     #[test]

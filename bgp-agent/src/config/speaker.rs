@@ -1,0 +1,155 @@
+//! `speaker:` how the agent tells BGP to announce or withdraw: ExaBGP's process API or
+//! BIRD's control socket.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use edge_kit::config_file::FieldErrors;
+use serde::Deserialize;
+
+/// The speaker, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SpeakerSettings {
+    Exabgp {
+        communities: Vec<String>,
+        med: Option<u32>,
+        as_path_prepend: u32,
+        /// The agent's own AS, prepended `as_path_prepend` times.
+        local_as: Option<u32>,
+        /// Instead of `med` and `as_path_prepend` while a `degrade` check fails.
+        degraded: DegradedAttributes,
+        ack_timeout: Duration,
+    },
+    Bird {
+        include_file: PathBuf,
+        socket: PathBuf,
+        birdc: PathBuf,
+        define_v4: String,
+        define_v6: String,
+        timeout: Duration,
+    },
+}
+
+/// What a degraded PoP announces with ExaBGP (BIRD: its export filter decides).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DegradedAttributes {
+    /// Default: none.
+    pub med: Option<u32>,
+    /// Times `local_as` is prepended. Default 0.
+    pub as_path_prepend: u32,
+}
+
+/// The speaker as written: `kind` picks the variant.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub(super) enum RawSpeaker {
+    Exabgp(RawExabgp),
+    Bird(RawBird),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawExabgp {
+    /// Communities on every announcement. Default: none.
+    communities: Vec<String>,
+    /// Default: none.
+    med: Option<u32>,
+    /// Default 0.
+    as_path_prepend: u32,
+    /// Needed only to prepend.
+    local_as: Option<u32>,
+    /// Default: nothing changes.
+    degraded: DegradedAttributes,
+    /// How long ExaBGP has to confirm a command (`ack enable`). Default 2s.
+    #[serde(with = "humantime_serde")]
+    ack_timeout: Duration,
+}
+
+impl Default for RawExabgp {
+    fn default() -> Self {
+        Self {
+            communities: Vec::new(),
+            med: None,
+            as_path_prepend: 0,
+            local_as: None,
+            degraded: DegradedAttributes::default(),
+            ack_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawBird {
+    /// Required: the file BIRD includes, which the agent rewrites.
+    include_file: Option<PathBuf>,
+    /// Required: BIRD's control socket.
+    socket: Option<PathBuf>,
+    /// Default `birdc` (on `PATH`).
+    birdc: PathBuf,
+    /// The names the include file defines. Default `ANYCAST_V4`, `ANYCAST_V6`.
+    define_v4: String,
+    define_v6: String,
+    /// How long `birdc configure` may take. Default 2s.
+    #[serde(with = "humantime_serde")]
+    timeout: Duration,
+}
+
+impl Default for RawBird {
+    fn default() -> Self {
+        Self {
+            include_file: None,
+            socket: None,
+            birdc: PathBuf::from("birdc"),
+            define_v4: "ANYCAST_V4".into(),
+            define_v6: "ANYCAST_V6".into(),
+            timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RawSpeaker {
+    /// The speaker; `degrades` says whether a `degrade` check exists (ExaBGP must then
+    /// be told what to change).
+    pub(super) fn validate(self, degrades: bool, errors: &mut FieldErrors) -> SpeakerSettings {
+        match self {
+            RawSpeaker::Exabgp(raw) => {
+                let prepends = raw.as_path_prepend > 0 || raw.degraded.as_path_prepend > 0;
+                if prepends && raw.local_as.is_none() {
+                    errors.add("speaker.local_as", "is needed to prepend the AS path");
+                }
+                if degrades && raw.degraded.med.is_none() && raw.degraded.as_path_prepend == 0 {
+                    errors.add(
+                        "speaker.degraded",
+                        "must set med or as_path_prepend for the degrade checks to change anything",
+                    );
+                }
+                SpeakerSettings::Exabgp {
+                    communities: raw.communities,
+                    med: raw.med,
+                    as_path_prepend: raw.as_path_prepend,
+                    local_as: raw.local_as,
+                    degraded: raw.degraded,
+                    ack_timeout: raw.ack_timeout,
+                }
+            }
+            RawSpeaker::Bird(raw) => {
+                let mut required = |value: Option<PathBuf>, field: &str| {
+                    value.unwrap_or_else(|| {
+                        errors.add(format!("speaker.{field}"), "required for kind bird");
+                        PathBuf::new()
+                    })
+                };
+                SpeakerSettings::Bird {
+                    include_file: required(raw.include_file, "include_file"),
+                    socket: required(raw.socket, "socket"),
+                    birdc: raw.birdc,
+                    define_v4: raw.define_v4,
+                    define_v6: raw.define_v6,
+                    timeout: raw.timeout,
+                }
+            }
+        }
+    }
+}
