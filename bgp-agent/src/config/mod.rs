@@ -237,15 +237,10 @@ impl Default for RawGuard {
 impl RawSettings {
     fn validate(self) -> Result<Settings, Vec<FieldError>> {
         let mut errors = FieldErrors::default();
-        let mut required = |present: bool, field: &str| {
-            if !present {
-                errors.add(field, "required");
-            }
-        };
-        required(self.pop.is_some(), "pop");
-        required(self.state_dir.is_some(), "state_dir");
-        required(self.admin_listen.is_some(), "admin_listen");
-        required(self.speaker.is_some(), "speaker");
+        let pop = errors.required("pop", self.pop);
+        let state_dir = errors.required("state_dir", self.state_dir);
+        let admin_listen = errors.required("admin_listen", self.admin_listen);
+        let speaker = errors.required("speaker", self.speaker);
         if self.prefixes.is_empty() {
             errors.add("prefixes", "must list at least one prefix");
         }
@@ -282,7 +277,7 @@ impl RawSettings {
         }
         let checks = checks::validate(self.checks, &mut errors);
         let degrades = checks.iter().any(|c| c.class == CheckClass::Degrade);
-        let speaker = self.speaker.map(|raw| raw.validate(degrades, &mut errors));
+        let speaker = speaker.map(|raw| raw.validate(degrades, &mut errors));
         if !checks.iter().any(|c| c.class == CheckClass::Local) {
             errors.add(
                 "checks",
@@ -290,11 +285,16 @@ impl RawSettings {
             );
         }
         let guard = self.guard.and_then(|raw| raw.validate(&mut errors));
+        let (Some(pop), Some(state_dir), Some(admin_listen), Some(speaker)) =
+            (pop, state_dir, admin_listen, speaker)
+        else {
+            return Err(errors.into_errors());
+        };
         errors.into_result(|| Settings {
-            pop: self.pop.unwrap_or_default(),
+            pop,
             prefixes: self.prefixes,
-            state_dir: self.state_dir.unwrap_or_default(),
-            admin_listen: self.admin_listen.expect("checked: required"),
+            state_dir,
+            admin_listen,
             interval: self.interval,
             fast_interval: self.fast_interval,
             policy: Policy {
@@ -312,7 +312,7 @@ impl RawSettings {
             withdraw_on_exit: self.withdraw_on_exit,
             graceful_shutdown: self.graceful_shutdown,
             checks,
-            speaker: speaker.expect("checked: required"),
+            speaker,
             guard,
         })
     }
@@ -320,10 +320,10 @@ impl RawSettings {
 
 impl RawGuard {
     fn validate(self, errors: &mut FieldErrors) -> Option<GuardSettings> {
-        let Some(minimum) = self.min_other_pops_announcing else {
-            errors.add("guard.min_other_pops_announcing", "required");
-            return None;
-        };
+        let minimum = errors.required(
+            "guard.min_other_pops_announcing",
+            self.min_other_pops_announcing,
+        )?;
         if self.peers.len() < minimum {
             errors.add(
                 "guard.min_other_pops_announcing",

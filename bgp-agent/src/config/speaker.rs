@@ -135,15 +135,13 @@ impl RawSpeaker {
                 }
             }
             RawSpeaker::Bird(raw) => {
-                let mut required = |value: Option<PathBuf>, field: &str| {
-                    value.unwrap_or_else(|| {
-                        errors.add(format!("speaker.{field}"), "required for kind bird");
-                        PathBuf::new()
-                    })
+                // An empty path stands in for a missing one, which is an error already.
+                let mut required = |field: &str, value: Option<PathBuf>| {
+                    errors.required(field, value).unwrap_or_default()
                 };
                 SpeakerSettings::Bird {
-                    include_file: required(raw.include_file, "include_file"),
-                    socket: required(raw.socket, "socket"),
+                    include_file: required("speaker.include_file", raw.include_file),
+                    socket: required("speaker.socket", raw.socket),
                     birdc: raw.birdc,
                     define_v4: raw.define_v4,
                     define_v6: raw.define_v6,

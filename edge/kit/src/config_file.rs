@@ -93,6 +93,19 @@ impl FieldErrors {
         self.0.push(FieldError::new(field, message));
     }
 
+    /// `value`, or `None` after recording that `field` is required.
+    pub fn required<T>(&mut self, field: &str, value: Option<T>) -> Option<T> {
+        if value.is_none() {
+            self.add(field, "required");
+        }
+        value
+    }
+
+    /// Every error recorded: what a validation returns when a value it needs is missing.
+    pub fn into_errors(self) -> Vec<FieldError> {
+        self.0
+    }
+
     /// `value` when nothing was wrong, or every error.
     pub fn into_result<T>(self, value: impl FnOnce() -> T) -> Result<T, Vec<FieldError>> {
         if self.0.is_empty() {

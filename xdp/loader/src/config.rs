@@ -1,5 +1,6 @@
-//! The loader's YAML configuration. Unknown keys are errors; errors name the file and
-//! the field.
+//! The loader's YAML configuration, parsed once into typed [`Settings`]: the file as
+//! written (defaults once, in `RawSettings`' `impl Default`), validated. Unknown keys are
+//! errors; errors name the file and the field.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,30 +11,23 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use xdp_common::{MAX_BURST, MAX_PROTECTED, MAX_RATE};
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Validated settings, ready to use.
+#[derive(Clone, Debug)]
 pub struct Settings {
     pub pop: String,
     /// The PoP's public interface.
     pub interface: String,
-    #[serde(default)]
     pub mode: Mode,
     pub metrics_listen: SocketAddr,
     /// The anycast prefixes: only traffic to these is filtered.
     pub protected: Vec<IpNet>,
-    #[serde(default = "default_tcp_ports")]
     pub tcp_ports: Vec<u16>,
     /// UDP ports served on the protected prefixes (none today; QUIC later).
-    #[serde(default)]
     pub udp_ports: Vec<u16>,
     /// Sources always passed: management, BGP peers, provider egress ranges.
-    #[serde(default)]
     pub allowlist: Vec<IpNet>,
-    #[serde(default)]
     pub blocklist: Vec<IpNet>,
-    #[serde(default = "default_syn_rate")]
     pub syn_rate: Rate,
-    #[serde(default = "default_icmp_rate")]
     pub icmp_rate: Rate,
 }
 
@@ -60,15 +54,75 @@ impl Settings {
         edge_kit::config_file::load(path, Self::parse)
     }
 
-    /// Parses and validates YAML text; errors are every `(field path, message)` found.
+    /// Parses and validates YAML text; errors are every field found wrong.
     pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
-        let config: Settings = edge_kit::config_file::parse_yaml(text)?;
+        edge_kit::config_file::parse_yaml::<RawSettings>(text)?.validate()
+    }
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawSettings {
+    /// Required: the PoP's name, a label on every metric.
+    pop: Option<String>,
+    /// Required.
+    interface: Option<String>,
+    /// Default `auto`.
+    mode: Mode,
+    /// Required: where `/metrics` listens.
+    metrics_listen: Option<SocketAddr>,
+    /// Required: at least one prefix.
+    protected: Vec<IpNet>,
+    /// Default 80 and 443.
+    tcp_ports: Vec<u16>,
+    /// Default: none.
+    udp_ports: Vec<u16>,
+    /// Default: none.
+    allowlist: Vec<IpNet>,
+    /// Default: none.
+    blocklist: Vec<IpNet>,
+    /// New SYNs per source /32 (IPv6 /64). Default 200/s, burst 400.
+    syn_rate: Rate,
+    /// ICMP, all sources together. Default 1000/s, burst 2000.
+    icmp_rate: Rate,
+}
+
+impl Default for RawSettings {
+    fn default() -> Self {
+        Self {
+            pop: None,
+            interface: None,
+            mode: Mode::default(),
+            metrics_listen: None,
+            protected: Vec::new(),
+            tcp_ports: vec![80, 443],
+            udp_ports: Vec::new(),
+            allowlist: Vec::new(),
+            blocklist: Vec::new(),
+            syn_rate: Rate {
+                per_second: 200,
+                burst: 400,
+            },
+            icmp_rate: Rate {
+                per_second: 1000,
+                burst: 2000,
+            },
+        }
+    }
+}
+
+impl RawSettings {
+    fn validate(self) -> Result<Settings, Vec<FieldError>> {
         let mut errors = FieldErrors::default();
-        if config.protected.is_empty() {
+        let pop = errors.required("pop", self.pop);
+        let interface = errors.required("interface", self.interface);
+        let metrics_listen = errors.required("metrics_listen", self.metrics_listen);
+        if self.protected.is_empty() {
             errors.add("protected", "must list the anycast prefixes");
         }
         for v6 in [false, true] {
-            let family = config
+            let family = self
                 .protected
                 .iter()
                 .filter(|p| matches!(p, IpNet::V6(_)) == v6)
@@ -80,10 +134,7 @@ impl Settings {
                 );
             }
         }
-        for (field, rate) in [
-            ("syn_rate", config.syn_rate),
-            ("icmp_rate", config.icmp_rate),
-        ] {
+        for (field, rate) in [("syn_rate", self.syn_rate), ("icmp_rate", self.icmp_rate)] {
             if rate.per_second > MAX_RATE || rate.burst > MAX_BURST {
                 errors.add(
                     field,
@@ -91,23 +142,23 @@ impl Settings {
                 );
             }
         }
-        errors.into_result(|| config)
-    }
-}
-
-fn default_tcp_ports() -> Vec<u16> {
-    vec![80, 443]
-}
-fn default_syn_rate() -> Rate {
-    Rate {
-        per_second: 200,
-        burst: 400,
-    }
-}
-fn default_icmp_rate() -> Rate {
-    Rate {
-        per_second: 1000,
-        burst: 2000,
+        let (Some(pop), Some(interface), Some(metrics_listen)) = (pop, interface, metrics_listen)
+        else {
+            return Err(errors.into_errors());
+        };
+        errors.into_result(|| Settings {
+            pop,
+            interface,
+            mode: self.mode,
+            metrics_listen,
+            protected: self.protected,
+            tcp_ports: self.tcp_ports,
+            udp_ports: self.udp_ports,
+            allowlist: self.allowlist,
+            blocklist: self.blocklist,
+            syn_rate: self.syn_rate,
+            icmp_rate: self.icmp_rate,
+        })
     }
 }
 
@@ -129,6 +180,14 @@ mod tests {
             errors[0].message.contains("unknown field `mod`"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn required_fields_are_named() {
+        let errors = Settings::parse("interface: e\nprotected: [192.0.2.0/24]\n").unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["pop", "metrics_listen"]);
+        assert_eq!(errors[0].message, "required");
     }
 
     #[test]
