@@ -52,56 +52,39 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // stdout belongs to ExaBGP's process API: logs go to stderr.
-    edge_kit::logging::init();
-    edge_kit::panic::exit_on_panic();
-    let cli = Cli::parse();
-    if matches!(cli.command, Command::Run { .. })
-        && let Err(e) = edge_kit::signals::hold()
-    {
-        eprintln!("bgp-agent: cannot hold signals during start-up: {e}");
-        return ExitCode::FAILURE;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let result = match cli.command {
-        Command::Run { config: path } => {
-            load(&path).and_then(|config| runtime.block_on(bgp_agent::agent::run(path, config)))
-        }
-        Command::CheckConfig { config } => {
-            load(&config).map(|c| println!("{}: ok ({} checks)", config.display(), c.checks.len()))
-        }
-        Command::Status { config } => load(&config).and_then(|c| {
-            let url = format!("http://{}/status", c.admin_listen);
-            runtime
-                .block_on(bgp_agent::checks::fetch(&url))
-                .map(|body| println!("{body}"))
-                .map_err(anyhow::Error::msg)
-        }),
-        Command::Drain { config } => {
-            load(&config).and_then(|c| runtime.block_on(set_drain(&c, true)))
-        }
-        Command::Undrain { config } => {
-            load(&config).and_then(|c| runtime.block_on(set_drain(&c, false)))
-        }
-        Command::Withdraw { config } => load(&config).and_then(|c| {
-            runtime.block_on(bgp_agent::speaker::withdraw_out_of_band(&c))?;
-            println!("withdrawn: {} prefixes", c.prefixes.len());
-            Ok(())
-        }),
+    // stdout belongs to ExaBGP's process API: the kit logs to stderr.
+    let cli: Cli = edge_kit::process::start();
+    let kind = match cli.command {
+        Command::Run { .. } => edge_kit::process::Command::DAEMON,
+        _ => edge_kit::process::Command::TOOL,
     };
-    // The ExaBGP speaker reads stdin on a blocking thread that never returns by itself:
-    // do not let it hold the process after the agent is done.
-    runtime.shutdown_timeout(Duration::from_millis(100));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e:#}");
-            ExitCode::FAILURE
+    edge_kit::process::run("bgp-agent", kind, |runtime| {
+        match cli.command {
+            Command::Run { config: path } => {
+                let config = load(&path)?;
+                runtime.block_on(bgp_agent::agent::run(path, config))?;
+            }
+            Command::CheckConfig { config } => {
+                let c = load(&config)?;
+                println!("{}: ok ({} checks)", config.display(), c.checks.len());
+            }
+            Command::Status { config } => {
+                let url = format!("http://{}/status", load(&config)?.admin_listen);
+                let body = runtime
+                    .block_on(bgp_agent::checks::fetch(&url))
+                    .map_err(anyhow::Error::msg)?;
+                println!("{body}");
+            }
+            Command::Drain { config } => runtime.block_on(set_drain(&load(&config)?, true))?,
+            Command::Undrain { config } => runtime.block_on(set_drain(&load(&config)?, false))?,
+            Command::Withdraw { config } => {
+                let c = load(&config)?;
+                runtime.block_on(bgp_agent::speaker::withdraw_out_of_band(&c))?;
+                println!("withdrawn: {} prefixes", c.prefixes.len());
+            }
         }
-    }
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn load(path: &std::path::Path) -> anyhow::Result<bgp_agent::config::Settings> {

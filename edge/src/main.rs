@@ -84,52 +84,30 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    edge_kit::logging::init();
-    edge_kit::panic::exit_on_panic();
+    let cli: Cli = edge_kit::process::start();
     // async-nats builds its TLS client from the process's default provider (the edge's
     // own TLS configs name theirs); with more than one compiled in, it must be chosen.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::CheckConfig { config } => match edge::config::load(&config) {
-            Ok(settings) => {
-                println!(
-                    "{}: ok ({} routes, pop {})",
-                    config.display(),
-                    settings.routes.len(),
-                    settings.pop
-                );
-                ExitCode::SUCCESS
-            }
-            Err(errors) => {
-                eprintln!("{errors}");
-                ExitCode::FAILURE
-            }
-        },
+    let kind = match cli.command {
+        Command::Run { .. } => edge_kit::process::Command::DAEMON.multi_threaded(),
+        _ => edge_kit::process::Command::TOOL,
+    };
+    edge_kit::process::run("edge", kind, |runtime| match cli.command {
         Command::Run { config } => {
-            if let Err(e) = edge_kit::signals::hold() {
-                eprintln!("edge: cannot hold signals during start-up: {e}");
-                return ExitCode::FAILURE;
-            }
-            let settings = match edge::config::load(&config) {
-                Ok(settings) => settings,
-                Err(errors) => {
-                    eprintln!("{errors}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
+            let settings = edge::config::load(&config)?;
             let span = tracing::info_span!("edge", pop = %settings.pop);
-            match runtime.block_on(edge::run::run(config, settings).instrument(span)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            runtime.block_on(edge::run::run(config, settings).instrument(span))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CheckConfig { config } => {
+            let settings = edge::config::load(&config)?;
+            println!(
+                "{}: ok ({} routes, pop {})",
+                config.display(),
+                settings.routes.len(),
+                settings.pop
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::CreateStream {
             servers,
@@ -138,67 +116,58 @@ fn main() -> ExitCode {
             ca,
             nkey_seed_file,
             credentials,
-        } => match create_stream(servers, stream, replicas, ca, nkey_seed_file, credentials) {
-            Ok(summary) => {
-                println!("{summary}");
-                ExitCode::SUCCESS
+        } => {
+            let nats =
+                create_stream_settings(servers, stream, replicas, ca, nkey_seed_file, credentials)?;
+            println!(
+                "{}",
+                runtime.block_on(edge::backhaul::create_stream(&nats))?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ShedLedger { dir } => {
+            let entries =
+                edge::admission::ledger::read(&dir).with_context(|| dir.display().to_string())?;
+            for entry in entries {
+                println!("{}", serde_json::to_string(&entry)?);
             }
-            Err(e) => {
-                eprintln!("{e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Command::ShedLedger { dir } => match edge::admission::ledger::read(&dir) {
-            Ok(entries) => {
-                for entry in entries {
-                    println!("{}", serde_json::to_string(&entry).expect("serializes"));
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{}: {e}", dir.display());
-                ExitCode::FAILURE
-            }
-        },
+            Ok(ExitCode::SUCCESS)
+        }
         Command::SpoolVerify { dir } => match edge::spool::inspect(&dir) {
             Ok(found) => {
                 print_inspection(&found);
-                if found.is_damaged() {
+                Ok(if found.is_damaged() {
                     ExitCode::FAILURE
                 } else {
                     ExitCode::SUCCESS
-                }
+                })
             }
+            // 1 means damage found: a spool that cannot be read at all is told apart.
             Err(e) => {
                 eprintln!("{}: {e}", dir.display());
-                ExitCode::from(2)
+                Ok(ExitCode::from(2))
             }
         },
-        Command::SpoolDump { dir, bodies } => match edge::spool::dump(&dir) {
-            Ok(records) => {
-                for record in records {
-                    let mut line = serde_json::json!({
-                        "seq": record.seq,
-                        "received_ms": record.received_ms,
-                        "early": record.early,
-                        "pop": record.pop,
-                        "route": record.route,
-                        "event_id": record.event_id,
-                        "body_len": record.body.len(),
-                    });
-                    if bodies {
-                        line["body"] = String::from_utf8_lossy(&record.body).into_owned().into();
-                    }
-                    println!("{line}");
+        Command::SpoolDump { dir, bodies } => {
+            let records = edge::spool::dump(&dir).with_context(|| dir.display().to_string())?;
+            for record in records {
+                let mut line = serde_json::json!({
+                    "seq": record.seq,
+                    "received_ms": record.received_ms,
+                    "early": record.early,
+                    "pop": record.pop,
+                    "route": record.route,
+                    "event_id": record.event_id,
+                    "body_len": record.body.len(),
+                });
+                if bodies {
+                    line["body"] = String::from_utf8_lossy(&record.body).into_owned().into();
                 }
-                ExitCode::SUCCESS
+                println!("{line}");
             }
-            Err(e) => {
-                eprintln!("{}: {e}", dir.display());
-                ExitCode::FAILURE
-            }
-        },
-    }
+            Ok(ExitCode::SUCCESS)
+        }
+    })
 }
 
 /// `edge spool-verify`'s output: a JSON line per finding on stdout, a summary on stderr.
@@ -273,14 +242,14 @@ fn named_json(named: &[(u64, String)]) -> Vec<serde_json::Value> {
 
 /// `edge create-stream`: NATS settings from the flags (defaults for the rest, as a
 /// config file would have them).
-fn create_stream(
+fn create_stream_settings(
     servers: Vec<String>,
     stream: String,
     replicas: usize,
     ca: Option<PathBuf>,
     nkey_seed_file: Option<PathBuf>,
     credentials: Option<PathBuf>,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<edge::config::NatsSettings> {
     let mut settings = serde_json::json!({
         "servers": servers,
         "stream": stream,
@@ -299,10 +268,5 @@ fn create_stream(
         };
         settings["nkey"] = serde_json::Value::String(seed.trim().to_owned());
     }
-    let nats: edge::config::NatsSettings = serde_json::from_value(settings)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    runtime.block_on(edge::backhaul::create_stream(&nats))
+    Ok(serde_json::from_value(settings)?)
 }

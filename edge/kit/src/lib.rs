@@ -10,5 +10,6 @@ pub mod log_throttle;
 pub mod logging;
 pub mod metrics;
 pub mod panic;
+pub mod process;
 pub mod secret;
 pub mod signals;

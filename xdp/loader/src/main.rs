@@ -42,39 +42,26 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    edge_kit::logging::init();
-    edge_kit::panic::exit_on_panic();
-    let cli = Cli::parse();
-    if matches!(cli.command, Command::Run { .. })
-        && let Err(e) = edge_kit::signals::hold()
-    {
-        eprintln!("edge-xdp: cannot hold signals during start-up: {e}");
-        return ExitCode::FAILURE;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let result = match cli.command {
-        Command::Run { config } => runtime.block_on(run(config)),
-        Command::CheckConfig { config } => Settings::load(&config)
-            .map(|c| {
+    let cli: Cli = edge_kit::process::start();
+    let kind = match cli.command {
+        Command::Run { .. } => edge_kit::process::Command::DAEMON,
+        _ => edge_kit::process::Command::TOOL,
+    };
+    edge_kit::process::run("edge-xdp", kind, |runtime| {
+        match cli.command {
+            Command::Run { config } => runtime.block_on(run(config))?,
+            Command::CheckConfig { config } => {
+                let settings = Settings::load(&config)?;
                 println!(
                     "{}: ok (protecting {} prefixes)",
                     config.display(),
-                    c.protected.len()
-                )
-            })
-            .map_err(anyhow::Error::from),
-        Command::Stats { config } => runtime.block_on(stats(config)),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e:#}");
-            ExitCode::FAILURE
+                    settings.protected.len()
+                );
+            }
+            Command::Stats { config } => runtime.block_on(stats(config))?,
         }
-    }
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 async fn run(path: PathBuf) -> anyhow::Result<()> {
