@@ -9,6 +9,10 @@
 //!
 //! Run as root: `cargo bench -p bgp-agent --bench route_flap` (about 12 minutes).
 //! FLAP_SECONDS and REPS shorten it.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 #[path = "../tests/lab/mod.rs"]
 mod lab;

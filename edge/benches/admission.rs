@@ -14,6 +14,10 @@
 //!                                              RATE: a fixed offered rate instead of FACTOR,
 //!                                              OFF_ROW=0: no admission-off row,
 //!                                              ADMISSION, SPOOL: extra config keys)
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -6,6 +6,10 @@
 //!
 //! Needs nats-server on PATH: `cargo bench -p edge --bench backhaul_nats`.
 //! EVENTS, ROUNDS and RATE adjust it.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};

@@ -2,11 +2,12 @@
 //! process is alive), `/readyz` (this PoP can accept and store events: the BGP agent
 //! withdraws the prefix when it fails) and `/metrics`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use edge_kit::admin::Answer;
 use http::StatusCode;
+use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 
@@ -36,9 +37,9 @@ impl Readiness {
             .map(|(stopped, _)| *stopped)
     }
 
-    fn tasks(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, AbortHandle)>> {
+    fn tasks(&self) -> parking_lot::MutexGuard<'_, Vec<(&'static str, AbortHandle)>> {
         // Plain data: consistent whatever a panicking holder did.
-        self.long_lived.lock().unwrap_or_else(|e| e.into_inner())
+        self.long_lived.lock()
     }
 }
 

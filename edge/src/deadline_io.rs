@@ -10,10 +10,11 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep, sleep, sleep_until};
 
@@ -103,11 +104,8 @@ impl HeadClock {
         self.state().since.map(|since| since + limit)
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, HeadState> {
-        // The state stays consistent whatever a panicking holder did: it is plain data.
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, HeadState> {
+        self.0.lock()
     }
 }
 

@@ -16,7 +16,7 @@ use crate::admin::{Admin, Readiness};
 use crate::admission::Admission;
 use crate::admission::ledger::Ledger;
 use crate::backhaul::Sink;
-use crate::config::Settings;
+use crate::config::{BackhaulSettings, Settings};
 use crate::http::App;
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
@@ -83,7 +83,9 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         http: metrics.http.clone(),
     };
     let server = Arc::new(Server::new(live, &settings, server_metrics));
-    let backhaul = sink.map(|sink| Backhaul::start(&settings, sink, &spool, &metrics));
+    let backhaul = sink
+        .zip(settings.backhaul.clone())
+        .map(|(sink, backhaul)| Backhaul::start(backhaul, sink, &spool, &metrics));
     match &backhaul {
         Some(backhaul) => readiness.watch(backhaul.task.abort_handle(), "backhaul stopped"),
         None => tracing::warn!("no backhaul configured: events stay in the spool"),
@@ -210,11 +212,12 @@ struct Backhaul {
 }
 
 impl Backhaul {
-    fn start(settings: &Settings, sink: Arc<Sink>, spool: &Arc<Spool>, metrics: &Metrics) -> Self {
-        let backhaul = settings
-            .backhaul
-            .clone()
-            .expect("a sink comes from backhaul settings");
+    fn start(
+        backhaul: BackhaulSettings,
+        sink: Arc<Sink>,
+        spool: &Arc<Spool>,
+        metrics: &Metrics,
+    ) -> Self {
         let (stop, stopped) = watch::channel(false);
         let task = crate::backhaul::run(
             Arc::clone(spool),

@@ -6,6 +6,10 @@
 //! beside a valid request's.
 //!
 //! The tests of this file take turns (one lock): they measure latency and CPU.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

@@ -1,5 +1,9 @@
 //! The backhaul against a real nats-server with JetStream (from Debian), started here on
 //! a loopback port with its store in a temp dir, stopped by PID.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

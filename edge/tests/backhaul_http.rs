@@ -1,6 +1,10 @@
 //! The HTTP/2 sink against an origin written here (hyper, HTTP/2 prior knowledge on a
 //! loopback port) whose answers depend on the event id: slow, 503 + Retry-After once,
 //! 400 (dead letter), 500 while "down" (circuit breaker).
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

@@ -12,6 +12,10 @@
 //!   segments of 600 records: every record the damage did not touch reaches the origin, nothing is
 //!   deleted, new events go through within 5 s, `edge spool-verify` names exactly the
 //!   damaged records.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

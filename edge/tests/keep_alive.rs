@@ -1,6 +1,10 @@
 //! HTTP/1.1 keep-alive on the real binary while idle connections are held outside hyper:
 //! requests apart in time, pipelined, split across pauses, or answered before their
 //! body ended all get their answers, in order, on one connection.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

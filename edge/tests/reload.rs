@@ -3,6 +3,10 @@
 //! (new and old both valid, then the old one removed) and an invalid file is tried.
 //! Not one request fails; each change is seen from outside when it is applied (the
 //! renewed certificate's expiry in the metrics too).
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

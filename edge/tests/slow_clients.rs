@@ -5,6 +5,10 @@
 //! do the work: legitimate requests keep succeeding, descriptors and memory stay
 //! bounded, and the attack's connections are closed by the limits (counted by reason).
 //! Once more with the open-files limit at 1,024: accept backs off on EMFILE and recovers.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

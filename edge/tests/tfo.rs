@@ -2,6 +2,10 @@
 //! `curl --tcp-fastopen` twice (the first fetches a cookie, the second puts its
 //! ClientHello in the SYN): the kernel's TcpExtTCPFastOpenPassive moves and the edge's
 //! `edge_tfo_accepted_total` counts it. Root.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

@@ -2,6 +2,10 @@
 //! `openssl s_client` starts at one edge resumes at another edge holding the same key
 //! file; an edge without it does not; rotating the file (SIGHUP) keeps old tickets valid
 //! while their key is listed and ends them once it is gone.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

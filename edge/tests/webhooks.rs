@@ -1,5 +1,9 @@
 //! The real `edge` binary on loopback, driven over HTTPS (h1 and h2, reqwest and curl):
 //! every answer the webhook path gives, de-duplication, metrics, drain and shutdown.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod common;
 

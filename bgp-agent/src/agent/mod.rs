@@ -9,13 +9,14 @@ mod round;
 mod watchdog;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
 use edge_kit::admin::Answer;
 use edge_kit::metrics::ResultLabel;
 use edge_kit::signals::{Signal, Signals};
+use parking_lot::Mutex;
 
 use crate::checks::{self, Outcome};
 use crate::config::Settings;
@@ -172,7 +173,7 @@ impl Runner {
             self.agent.veto();
             round.change = None;
         }
-        self.status.lock().expect("status lock").guard_vetoing = self.guard.vetoing();
+        self.status.lock().guard_vetoing = self.guard.vetoing();
         if let Some(change) = round.change {
             record_change(change, &self.agent, now, &self.metrics, &self.status);
         }
@@ -301,7 +302,7 @@ fn record_change(
     metrics
         .last_change_timestamp_seconds
         .set(now_ms as f64 / 1e3);
-    status.lock().expect("status lock").last_change_unix_ms = Some(now_ms);
+    status.lock().last_change_unix_ms = Some(now_ms);
 }
 
 /// The round's result for `/status` and `/metrics`.
@@ -314,7 +315,7 @@ fn publish(
 ) {
     let machine = agent.machine();
     {
-        let mut s = status.lock().expect("status lock");
+        let mut s = status.lock();
         s.route = agent.advert().route_name();
         s.degraded = agent.advert() == Advert::Degraded;
         s.why = machine.why();
@@ -333,7 +334,7 @@ fn publish(
 }
 
 fn publish_route(advert: Advert, status: &Mutex<Status>) {
-    status.lock().expect("status lock").route = advert.route_name();
+    status.lock().route = advert.route_name();
 }
 
 /// Re-reads the config file: `Some` new config to run with (restart-only fields kept
@@ -413,7 +414,7 @@ impl Announcer {
                 self.metrics
                     .graceful_shutdown
                     .set((advert == Advert::GracefulShutdown) as i64);
-                self.status.lock().expect("status lock").last_speaker_error = None;
+                self.status.lock().last_speaker_error = None;
                 tracing::info!(
                     ?advert,
                     ms = started.elapsed().as_secs_f64() * 1e3,
@@ -423,8 +424,7 @@ impl Announcer {
             Err(e) => {
                 self.metrics.speaker_errors.get_or_create(&label).inc();
                 tracing::error!(?advert, error = %format!("{e:#}"), "speaker failed; retrying next round");
-                self.status.lock().expect("status lock").last_speaker_error =
-                    Some(format!("{e:#}"));
+                self.status.lock().last_speaker_error = Some(format!("{e:#}"));
             }
         }
     }
@@ -473,7 +473,7 @@ impl CheckRunner {
         }
         self.last_runs
             .iter()
-            .map(|run| run.as_ref().expect("every check ran once").1.clone())
+            .filter_map(|run| run.as_ref().map(|(_, outcome)| outcome.clone()))
             .collect()
     }
 }
@@ -509,7 +509,7 @@ async fn serve_admin(
         "/status" => Answer::new(
             http::StatusCode::OK,
             "application/json",
-            serde_json::to_string_pretty(&*status.lock().expect("status lock")).unwrap_or_default(),
+            serde_json::to_string_pretty(&*status.lock()).unwrap_or_default(),
         ),
         "/metrics" => Answer::openmetrics(metrics.encode()),
         _ => Answer::not_found("/status /metrics"),

@@ -10,8 +10,8 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -202,9 +203,9 @@ impl Slots {
         self.lock().retain(|(open, _)| *open != id);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Arc<Notify>)>> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, VecDeque<(u64, Arc<Notify>)>> {
         // Plain data: consistent whatever a panicking holder did.
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+        self.open.lock()
     }
 }
 

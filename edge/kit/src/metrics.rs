@@ -24,8 +24,8 @@ pub fn register_build_info(registry: &mut Registry, version: &'static str) {
 /// The Prometheus text exposition of `registry`.
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, registry)
-        .expect("writing to a String cannot fail");
+    #[expect(clippy::expect_used, reason = "writing to a String cannot fail")]
+    prometheus_client::encoding::text::encode(&mut out, registry).expect("writes to a String");
     out
 }
 

@@ -1,6 +1,10 @@
 //! The admin server under a flood of connections that never finish a request head: each
 //! is closed within the header timeout, the oldest makes room when the server is full,
 //! and a monitor's request beside the flood is answered at once.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 use std::time::{Duration, Instant};
 

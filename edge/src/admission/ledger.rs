@@ -141,6 +141,10 @@ impl<S: ShedShipper> Keeper<S> {
         let mut lines = Vec::new();
         let mut ends = Vec::with_capacity(batch.len());
         for entry in batch.drain(..) {
+            #[expect(
+                clippy::expect_used,
+                reason = "an entry is strings and numbers, written to a Vec"
+            )]
             serde_json::to_writer(&mut lines, &entry).expect("a ledger entry serializes");
             lines.push(b'\n');
             ends.push(lines.len() as u64);
@@ -295,7 +299,7 @@ mod tests {
     #[derive(Default)]
     struct Origin {
         up: std::sync::atomic::AtomicBool,
-        taken: std::sync::Mutex<Vec<(String, ShedEntry)>>,
+        taken: parking_lot::Mutex<Vec<(String, ShedEntry)>>,
         in_flight: std::sync::atomic::AtomicUsize,
         most_in_flight: std::sync::atomic::AtomicUsize,
     }
@@ -308,13 +312,13 @@ mod tests {
         }
 
         fn claimed_ids(&self) -> Vec<String> {
-            let taken = self.taken.lock().unwrap();
+            let taken = self.taken.lock();
             taken.iter().map(|(_, e)| e.claimed_id.clone()).collect()
         }
 
         async fn wait_for(&self, lines: usize) {
             for _ in 0..500 {
-                if self.taken.lock().unwrap().len() >= lines {
+                if self.taken.lock().len() >= lines {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -332,7 +336,7 @@ mod tests {
                 return false;
             }
             let entry = serde_json::from_slice(entry).expect("a shipped line is one entry");
-            self.taken.lock().unwrap().push((id.to_owned(), entry));
+            self.taken.lock().push((id.to_owned(), entry));
             true
         }
     }
@@ -366,7 +370,6 @@ mod tests {
         let shipped_ids: std::collections::HashSet<String> = origin
             .taken
             .lock()
-            .unwrap()
             .iter()
             .map(|(id, _)| id.clone())
             .collect();

@@ -16,10 +16,11 @@ pub mod rate_limit;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use ledger::{Ledger, ShedEntry};
@@ -234,6 +235,7 @@ impl Admission {
                 Err(self.shed_after_waiting(priority, reason, started.elapsed()))
             }
             _ => {
+                #[expect(clippy::expect_used, reason = "only a grant or a refusal clears it")]
                 let ticket = queued.ticket.take().expect("still queued");
                 if queued.admission.cancel(ticket) {
                     Err(self.shed_after_waiting(priority, ShedReason::WaitExpired, max_wait))
@@ -314,8 +316,8 @@ impl Admission {
         self.origin.elapsed()
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("admission state")
+    fn state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 }
 
@@ -465,7 +467,7 @@ mod tests {
             waiting.await.unwrap(),
             "the queued request got the freed slot"
         );
-        let state = admission.state.lock().unwrap();
+        let state = admission.state.lock();
         assert_eq!((state.limiter.inflight(), state.limiter.queued()), (1, 0));
         assert!(state.waiters.is_empty());
     }

@@ -54,7 +54,10 @@ impl Breaker {
     pub(super) fn permit(&mut self, now: Instant) -> Permit {
         match self.state(now) {
             State::Closed => Permit::Send,
-            State::Open => Permit::Wait(self.opened_at.expect("open") + self.open_for - now),
+            State::Open => Permit::Wait(
+                self.opened_at
+                    .map_or(self.open_for, |at| at + self.open_for - now),
+            ),
             State::HalfOpen if self.probe_out => Permit::Wait(self.open_for / 4),
             State::HalfOpen => {
                 self.probe_out = true;

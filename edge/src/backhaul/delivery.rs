@@ -2,12 +2,13 @@
 //! that only ever covers what the origin confirmed.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edge_kit::clock::unix_ms;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::ack_window::AckWindow;
@@ -29,8 +30,8 @@ pub async fn run(
     metrics: BackhaulMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut reader = Some(spool.reader());
-    let mut window = AckWindow::new(reader.as_ref().expect("reader").next_seq() - 1);
+    let mut reader = spool.reader();
+    let mut window = AckWindow::new(reader.next_seq() - 1);
     let mut pending = VecDeque::new();
     let mut deliveries = FuturesUnordered::new();
     let shared = Arc::new(DeliveryContext::new(
@@ -43,7 +44,8 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if pending.is_empty() && deliveries.len() < settings.max_in_flight {
-            let batch = read_batch(&mut reader, &metrics).await;
+            let batch;
+            (reader, batch) = read_batch(reader, &metrics).await;
             // Lost to damage: nothing to deliver, and nothing to wait for.
             for seq in batch.lost.into_iter().flatten() {
                 window.finished(seq);
@@ -66,7 +68,7 @@ pub async fn run(
             .oldest_undelivered_seconds
             .set(window.oldest_age_ms(unix_ms()) as f64 / 1e3);
 
-        let read_up_to = reader.as_ref().expect("reader").next_seq() - 1;
+        let read_up_to = reader.next_seq() - 1;
         let want_more = pending.is_empty() && deliveries.len() < settings.max_in_flight;
         tokio::select! {
             Some(seq) = deliveries.next() => {
@@ -90,17 +92,20 @@ pub async fn run(
 }
 
 /// Reads the next records off the spool (on the blocking pool: it reads files); on an
-/// error, logs, counts and pauses, and returns nothing.
-async fn read_batch(reader: &mut Option<SpoolReader>, metrics: &BackhaulMetrics) -> Batch {
-    let mut taken = reader.take().expect("reader");
-    let (returned, batch) = tokio::task::spawn_blocking(move || {
-        let batch = taken.read_batch(READ_BATCH);
-        (taken, batch)
+/// error, logs, counts and pauses, and returns nothing. The reader goes to the blocking
+/// thread and comes back.
+async fn read_batch(mut reader: SpoolReader, metrics: &BackhaulMetrics) -> (SpoolReader, Batch) {
+    #[expect(
+        clippy::expect_used,
+        reason = "a panic ends the process (edge_kit::panic), so the join cannot fail"
+    )]
+    let (reader, batch) = tokio::task::spawn_blocking(move || {
+        let batch = reader.read_batch(READ_BATCH);
+        (reader, batch)
     })
     .await
     .expect("spool reader task");
-    *reader = Some(returned);
-    match batch {
+    let batch = match batch {
         Ok(batch) => batch,
         Err(e) => {
             tracing::error!(error = %e, "backhaul cannot read the spool; retrying");
@@ -108,7 +113,8 @@ async fn read_batch(reader: &mut Option<SpoolReader>, metrics: &BackhaulMetrics)
             tokio::time::sleep(Duration::from_secs(1)).await;
             Batch::default()
         }
-    }
+    };
+    (reader, batch)
 }
 
 /// Moves the checkpoint up to what the origin confirmed, if it is behind.
@@ -160,11 +166,7 @@ impl DeliveryContext {
     async fn deliver(self: Arc<Self>, record: Record) -> u64 {
         let mut attempt = 0;
         loop {
-            let permit = self
-                .breaker
-                .lock()
-                .expect("breaker lock")
-                .permit(Instant::now());
+            let permit = self.breaker.lock().permit(Instant::now());
             self.publish_breaker_state();
             if let Permit::Wait(pause) = permit {
                 self.pause(pause.min(Duration::from_secs(1))).await;
@@ -173,7 +175,7 @@ impl DeliveryContext {
             let started = Instant::now();
             match self.sink.deliver(&record).await {
                 Ok(()) => {
-                    self.breaker.lock().expect("breaker lock").on_success();
+                    self.breaker.lock().on_success();
                     self.metrics.acks.inc();
                     self.metrics
                         .publish_seconds
@@ -183,13 +185,18 @@ impl DeliveryContext {
                     return record.seq;
                 }
                 Err(DeliveryError::Rejected(why)) => {
-                    self.breaker.lock().expect("breaker lock").on_success();
+                    self.breaker.lock().on_success();
                     let dir = self.spool_dir.clone();
                     let kept = record.clone();
-                    match tokio::task::spawn_blocking(move || dead_letter::store(&dir, &kept))
-                        .await
-                        .expect("dead-letter task")
-                    {
+                    #[expect(
+                        clippy::expect_used,
+                        reason = "a panic ends the process (edge_kit::panic), so the join cannot fail"
+                    )]
+                    let stored =
+                        tokio::task::spawn_blocking(move || dead_letter::store(&dir, &kept))
+                            .await
+                            .expect("dead-letter task");
+                    match stored {
                         Ok(path) => {
                             self.metrics.dead_letters.inc();
                             tracing::warn!(seq = record.seq, event_id = %record.event_id, why = %why, path = %path.display(), "origin rejected an event; kept as a dead letter");
@@ -206,10 +213,7 @@ impl DeliveryContext {
                     detail,
                     after,
                 }) => {
-                    self.breaker
-                        .lock()
-                        .expect("breaker lock")
-                        .on_failure(Instant::now());
+                    self.breaker.lock().on_failure(Instant::now());
                     self.metrics.retry(reason);
                     let pause = self
                         .backoff
@@ -231,18 +235,13 @@ impl DeliveryContext {
             _ = self.origin_back.notified() => {
                 self.breaker
                     .lock()
-                    .expect("breaker lock")
                     .on_origin_back(Instant::now());
             }
         }
     }
 
     fn publish_breaker_state(&self) {
-        let state = self
-            .breaker
-            .lock()
-            .expect("breaker lock")
-            .state(Instant::now());
+        let state = self.breaker.lock().state(Instant::now());
         let value = match state {
             State::Closed => 0,
             State::Open => 1,

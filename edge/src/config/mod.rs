@@ -175,12 +175,15 @@ impl RawConfig {
         let connections = self.connections.validate(&mut errors);
         let routes = routes::validate(self.routes, spool.segment_bytes, files, &mut errors);
         let backhaul = self.backhaul.and_then(|raw| raw.validate(&mut errors));
+        let Some(tls) = tls else {
+            return Err(errors.into_errors());
+        };
         errors.into_result(|| Settings {
             pop: self.pop,
             listen: self.listen,
             admin_listen: self.admin_listen,
             listener,
-            tls: tls.expect("a TLS identity when no error was found"),
+            tls,
             spool,
             http,
             connections,

@@ -6,7 +6,7 @@
 
 mod metrics;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulConnection;
+use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -114,7 +115,6 @@ impl Server {
                     let admitted = self
                         .connections
                         .lock()
-                        .expect("connection table")
                         .admit(peer.ip(), connections.closing.child_token());
                     match admitted {
                         Ok(Admitted { id, usage, evicted }) => {
@@ -167,10 +167,7 @@ impl Server {
         }
         let _open = scopeguard(|| {
             metrics.open_connections.dec();
-            self.connections
-                .lock()
-                .expect("connection table")
-                .release(id);
+            self.connections.lock().release(id);
         });
         let stream = DeadlineIo::new(stream, self.deadlines);
         let expired = stream.report();

@@ -72,9 +72,9 @@ fn encode(seq: u64) -> [u8; ENCODED_LEN] {
 
 fn decode(bytes: &[u8]) -> Option<u64> {
     let bytes: &[u8; ENCODED_LEN] = bytes.try_into().ok()?;
-    let crc = u32::from_le_bytes(bytes[8..].try_into().ok()?);
-    (crc32c::crc32c(&bytes[..8]) == crc)
-        .then(|| u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
+    let (value, crc) = bytes.split_first_chunk::<8>()?;
+    let crc = u32::from_le_bytes(crc.try_into().ok()?);
+    (crc32c::crc32c(value) == crc).then(|| u64::from_le_bytes(*value))
 }
 
 #[cfg(test)]

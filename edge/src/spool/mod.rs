@@ -22,9 +22,10 @@ mod spare;
 mod writer;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
+use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -147,7 +148,7 @@ impl Spool {
 
     /// The writer task, which runs until [`Spool::close`].
     pub fn writer_task(&self) -> Option<tokio::task::AbortHandle> {
-        let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        let task = self.task.lock();
         task.as_ref().map(JoinHandle::abort_handle)
     }
 
@@ -195,7 +196,7 @@ impl Spool {
     /// Stops the writer after it has finished (and synced) everything queued before.
     pub async fn close(&self) {
         let _ = self.commands.send(writer::Command::Shutdown);
-        let task = self.task.lock().expect("spool task lock").take();
+        let task = self.task.lock().take();
         if let Some(task) = task {
             let _ = task.await;
         }

@@ -373,7 +373,8 @@ impl RecordView<'_> {
 
 /// The length of the frame at the start of `buf`, once its header is there.
 pub fn frame_len(header: &[u8; FRAME_HEADER_LEN]) -> Result<usize, FrameError> {
-    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+    let [l0, l1, l2, l3, ..] = *header;
+    let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
     if len > MAX_PAYLOAD_LEN {
         return Err(FrameError::Corrupt("length over the maximum"));
     }
@@ -391,14 +392,11 @@ pub fn decode_frame<'a>(
     buf: &'a [u8],
     format: &SegmentFormat,
 ) -> Result<(RecordView<'a>, usize), FrameError> {
-    let header: &[u8; FRAME_HEADER_LEN] = buf
-        .get(..FRAME_HEADER_LEN)
-        .ok_or(FrameError::Torn)?
-        .try_into()
-        .expect("8 bytes");
+    let header: &[u8; FRAME_HEADER_LEN] = buf.first_chunk().ok_or(FrameError::Torn)?;
     let total = frame_len(header)?;
     let payload = buf.get(FRAME_HEADER_LEN..total).ok_or(FrameError::Torn)?;
-    let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+    let [.., c0, c1, c2, c3] = *header;
+    let crc = u32::from_le_bytes([c0, c1, c2, c3]);
     if format.crc(payload) != crc {
         return Err(FrameError::Corrupt("crc mismatch"));
     }

@@ -1,11 +1,10 @@
 //! What the writer task publishes to the spool's handle and reader: how far records are
 //! durable, the checkpoint, sizes, and the failure and disk-full states.
-
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 /// State the writer publishes to everyone else.
@@ -41,27 +40,19 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(super) fn durable_end(&self) -> (u64, u64) {
-        *self.durable_end.lock().unwrap_or_else(|e| e.into_inner())
+        *self.durable_end.lock()
     }
 
     pub(super) fn set_durable_end(&self, active_first: u64, len: u64) {
-        *self.durable_end.lock().unwrap_or_else(|e| e.into_inner()) = (active_first, len);
+        *self.durable_end.lock() = (active_first, len);
     }
 
     pub(super) fn mark_damaged(&self, first: u64) {
-        self.damaged_segments
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(first);
+        self.damaged_segments.lock().insert(first);
     }
 
     pub(super) fn take_damaged(&self) -> BTreeSet<u64> {
-        std::mem::take(
-            &mut *self
-                .damaged_segments
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        )
+        std::mem::take(&mut *self.damaged_segments.lock())
     }
 
     /// Whether appends may go to disk: not while the disk is full. While it is, the

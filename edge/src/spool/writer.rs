@@ -130,6 +130,10 @@ impl Writer {
                 }
             }
             let seqs: Vec<u64> = checkpoints.iter().map(|(seq, _)| *seq).collect();
+            #[expect(
+                clippy::expect_used,
+                reason = "a panic ends the process (edge_kit::panic), so the join cannot fail"
+            )]
             let (returned, outcomes, checkpointed) = tokio::task::spawn_blocking(move || {
                 let outcomes = if events.is_empty() {
                     Vec::new()
@@ -405,6 +409,10 @@ impl Writer {
             .fsync_seconds
             .observe(started.elapsed().as_secs_f64());
         let written = buf.len() as u64;
+        #[expect(
+            clippy::expect_used,
+            reason = "recovery opens an active segment and rotation replaces it before closing"
+        )]
         let meta = self
             .segments
             .last_entry()

@@ -6,9 +6,7 @@
 //! Key file: one base64 key of 32 bytes per line (`openssl rand -base64 32`), `#`
 //! comments. A ticket is `key id (4) || nonce (12) || AES-256-GCM(session)`, the key id
 //! being the first four bytes of SHA-256(key).
-
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -16,6 +14,7 @@ use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKe
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 
 use super::metrics::TlsMetrics;
@@ -65,6 +64,7 @@ impl SharedTickets {
         let keys = raw
             .iter()
             .map(|bytes| {
+                #[expect(clippy::expect_used, reason = "parse_key_file yields 32-byte keys")]
                 let key = LessSafeKey::new(
                     UnboundKey::new(&AES_256_GCM, bytes).expect("32-byte AES-256 key"),
                 );
@@ -75,8 +75,8 @@ impl SharedTickets {
             })
             .collect::<Vec<_>>();
         let count = keys.len();
-        *self.keys.write().expect("ticket keys lock") = keys;
-        *self.loaded_mtime.lock().expect("mtime lock") = mtime;
+        *self.keys.write() = keys;
+        *self.loaded_mtime.lock() = mtime;
         // Every rotation step rewrites the file: its mtime is when the newest key came.
         if let Some(changed) = mtime.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()) {
             self.metrics.ticket_keys_changed(changed.as_secs() as i64);
@@ -89,7 +89,7 @@ impl SharedTickets {
         let mtime = std::fs::metadata(&self.path)
             .and_then(|m| m.modified())
             .ok();
-        if mtime == *self.loaded_mtime.lock().expect("mtime lock") {
+        if mtime == *self.loaded_mtime.lock() {
             return Ok(None);
         }
         self.reload().map(Some)
@@ -114,7 +114,7 @@ impl rustls::server::ProducesTickets for SharedTickets {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        let keys = self.keys.read().ok()?;
+        let keys = self.keys.read();
         let current = keys.first()?;
         let mut nonce = [0u8; NONCE_LEN];
         self.random.fill(&mut nonce).ok()?;
@@ -137,7 +137,7 @@ impl rustls::server::ProducesTickets for SharedTickets {
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
         let (id, rest) = cipher.split_at_checked(4)?;
         let (nonce, sealed) = rest.split_at_checked(NONCE_LEN)?;
-        let keys = self.keys.read().ok()?;
+        let keys = self.keys.read();
         let key = keys.iter().find(|k| k.id == id)?;
         let mut buffer = sealed.to_vec();
         let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;

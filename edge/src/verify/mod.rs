@@ -210,6 +210,7 @@ enum MacState {
 }
 
 impl MacState {
+    #[expect(clippy::expect_used, reason = "HMAC takes keys of any length")]
     fn new(digest: Digest, secret: &[u8]) -> Self {
         match digest {
             Digest::Sha256 => MacState::Sha256(

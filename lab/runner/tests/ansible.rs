@@ -3,6 +3,10 @@
 //! and client are their upstream and senders), provisioned over ssh by `site.yml` with
 //! the package built from this checkout, one speaking BGP through ExaBGP and one through
 //! BIRD; then upgraded by `rolling-deploy.yml` under load, and refused a bad config.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod support;
 

@@ -2,6 +2,10 @@
 //! prometheus package, which lab/setup.sh installs) sees them: `check rules` clean, the
 //! unit tests pass, every alert has a test in which it fires, and every dashboard query
 //! parses. (The lab scenarios run the dashboard's queries against the lab's Prometheus.)
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,10 @@
 //! watching them. Each scenario prints one result line; together they prove that
 //! senders land on the anycast PoPs, that failures move traffic and raise the right
 //! alerts, and that nothing acknowledged is lost.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod support;
 

@@ -10,6 +10,10 @@
 //!    rounds: packets dropped per second, and machine CPU per packet (all CPUs, from
 //!    /proc/stat, sender included: on veth the receive path runs inside the sender's
 //!    transmit call, so the two cannot be told apart).
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 #[path = "../tests/lab/mod.rs"]
 mod lab;

@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -9,6 +9,7 @@ use edge_kit::signals::{Signal, Signals};
 use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
 use edge_xdp::metrics;
+use parking_lot::Mutex;
 
 #[derive(Parser)]
 #[command(
@@ -87,18 +88,16 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let mut signals = Signals::new()?;
     while signals.next().await == Signal::Hangup {
         match Settings::load(&path) {
-            Ok(new) if new.interface == config.interface => {
-                match filter.lock().expect("filter lock").apply(&new) {
-                    Ok(()) => tracing::info!(
-                        allow = new.allowlist.len(),
-                        block = new.blocklist.len(),
-                        "reloaded lists and limits; program stays attached"
-                    ),
-                    Err(e) => {
-                        tracing::error!(error = %format!("{e:#}"), "reload failed part-way; maps may hold a mix until the next reload")
-                    }
+            Ok(new) if new.interface == config.interface => match filter.lock().apply(&new) {
+                Ok(()) => tracing::info!(
+                    allow = new.allowlist.len(),
+                    block = new.blocklist.len(),
+                    "reloaded lists and limits; program stays attached"
+                ),
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "reload failed part-way; maps may hold a mix until the next reload")
                 }
-            }
+            },
             Ok(_) => tracing::error!("reload refused: changing the interface needs a restart"),
             Err(e) => tracing::error!("reload refused, keeping the running lists:\n{e}"),
         }
@@ -121,7 +120,7 @@ async fn serve_metrics(
     let admin = edge_kit::admin::AdminMetrics::register(edge_xdp);
     edge_kit::admin::serve(listener, admin, move |path| match path {
         "/metrics" => {
-            let mut body = match filter.lock().expect("filter lock").counters() {
+            let mut body = match filter.lock().counters() {
                 Ok(counters) => attached.clone() + &metrics::render(&pop, &counters),
                 Err(e) => format!("{attached}# error reading counters: {e:#}\n"),
             };

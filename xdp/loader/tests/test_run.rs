@@ -1,5 +1,9 @@
 //! The XDP program in the kernel, fed crafted packets with BPF_PROG_TEST_RUN: the
 //! verifier accepts it, and every packet gets the expected verdict and counter. Root.
+#![allow(
+    clippy::expect_used,
+    reason = "test code: a failed fixture stops the run where it says"
+)]
 
 mod packets;
 
