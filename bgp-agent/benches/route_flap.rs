@@ -11,11 +11,8 @@
 //! FLAP_SECONDS and REPS shorten it.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-#[path = "../tests/lab/mod.rs"]
-mod lab;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -23,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use lab::*;
+use testkit::bgp::*;
 
 const EDGE_PORT: u16 = 19180;
 const ADMIN_PORT: u16 = 19181;
@@ -318,7 +315,7 @@ fn start(lab: &mut Lab, contender: Contender, extra: &str, run: &str) -> (u32, S
             } else {
                 let include = lab.path("anycast.conf");
                 if !include.exists() {
-                    lab.start_pop_bird(&include);
+                    lab.start_pop_bird(&include, &withdrawn_include());
                 }
                 format!(
                     "{{ kind: bird, include_file: {}, socket: {} }}",
@@ -394,4 +391,14 @@ fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// The agent's BIRD include with nothing announced: what BIRD starts with.
+fn withdrawn_include() -> String {
+    bgp_agent::speaker::bird::render(
+        "ANYCAST_V4",
+        "ANYCAST_V6",
+        &[],
+        bgp_agent::speaker::Advert::Withdrawn,
+    )
 }

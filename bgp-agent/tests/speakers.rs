@@ -3,12 +3,10 @@
 //! the upstream's kernel table as the PoP's readiness fails and recovers, on drain, and
 //! when the agent stops. Needs root (CI runs as root).
 
-mod lab;
-
 use std::time::{Duration, Instant};
 
-use lab::*;
 use nix::sys::signal::Signal;
+use testkit::bgp::*;
 
 const ADMIN_PORT: u16 = 19181;
 /// The lab's supervisor: Restart= and ExecStopPost= where there is no systemd.
@@ -147,7 +145,7 @@ fn exercise_health_and_drain(
 
 #[test]
 fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
-    ::lab::require_root!("network namespaces");
+    lab::require_root!("network namespaces");
     let mut lab = Lab::new("x");
     lab.start_upstream_bird();
     let flag = lab.path("ready");
@@ -246,7 +244,7 @@ fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
 
 #[test]
 fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
-    ::lab::require_root!("network namespaces");
+    lab::require_root!("network namespaces");
     let mut lab = Lab::new("b");
     let config = bird_pop(&mut lab);
     let pop = lab.pop.clone();
@@ -291,7 +289,7 @@ fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
 /// the route away within a second and the restarted agent brings it back after `rise`.
 #[test]
 fn bird_agent_reloads_on_sighup_and_a_killed_agent_is_withdrawn_by_its_supervisor() {
-    ::lab::require_root!("network namespaces");
+    lab::require_root!("network namespaces");
     let mut lab = Lab::new("s");
     let config = bird_pop(&mut lab);
     let config_arg = config.to_str().unwrap();
@@ -397,7 +395,7 @@ fn bird_pop(lab: &mut Lab) -> std::path::PathBuf {
     std::fs::write(&flag, "").unwrap();
     lab.start_fake_edge(EDGE_PORT, &flag);
     let include = lab.path("anycast.conf");
-    let socket = lab.start_pop_bird(&include);
+    let socket = lab.start_pop_bird(&include, &withdrawn_include());
     let speaker = format!(
         "{{ kind: bird, include_file: {}, socket: {} }}",
         include.display(),
@@ -423,4 +421,14 @@ fn check_rounds_per_second(lab: &Lab) -> f64 {
     let before = rounds();
     std::thread::sleep(Duration::from_secs(2));
     (rounds() - before) / 2.0
+}
+
+/// The agent's BIRD include with nothing announced: what BIRD starts with.
+fn withdrawn_include() -> String {
+    bgp_agent::speaker::bird::render(
+        "ANYCAST_V4",
+        "ANYCAST_V6",
+        &[],
+        bgp_agent::speaker::Advert::Withdrawn,
+    )
 }

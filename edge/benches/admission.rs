@@ -16,16 +16,13 @@
 //!                                              ADMISSION, SPOOL: extra config keys)
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-#[path = "../tests/common/mod.rs"]
-mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use testkit::edge::*;
 
 const ROUTES: &str = "  - path: /hooks/ops\n    provider: github\n    secrets: [\"gh-secret\"]\n    priority: default\n  - path: /hooks/bulk\n    provider: github\n    secrets: [\"gh-secret\"]\n    priority: low\n";
 const PATHS: [&str; 3] = ["/hooks/github", "/hooks/ops", "/hooks/bulk"];

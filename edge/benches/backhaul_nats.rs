@@ -8,7 +8,7 @@
 //! EVENTS, ROUNDS and RATE adjust it.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
 
 use std::collections::HashMap;

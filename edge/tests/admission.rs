@@ -2,18 +2,12 @@
 //! with more senders than the disk can serve, low-priority routes are answered 503 +
 //! Retry-After before their bodies are read, the overload flag rises, and every high-priority delivery is
 //! still acknowledged; a per-source rate limit answers 429 + Retry-After.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use testkit::edge::*;
 
 const SLOW_DISK: &str = "  sync_delay: 30ms\n";
 const ROUTES: &str = r#"  - path: /hooks/bulk

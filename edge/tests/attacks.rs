@@ -6,19 +6,13 @@
 //! beside a valid request's.
 //!
 //! The tests of this file take turns (one lock): they measure latency and CPU.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::attack::{CpuClock, Legit, PeakRss, cpu_per_request};
-use common::h2_raw;
-use common::*;
+use testkit::edge::attack::{CpuClock, Legit, PeakRss, cpu_per_request};
+use testkit::edge::h2_raw;
+use testkit::edge::*;
 use tokio::io::AsyncWriteExt;
 
 /// Stripe and Standard Webhooks floods: thousands of signature candidates on 1 MiB
@@ -434,7 +428,7 @@ async fn h2_frame_abuse_is_cut_off_or_costs_less_than_requests() {
 #[tokio::test(flavor = "multi_thread")]
 async fn heads_at_the_limits_round_trip_and_past_them_get_431() {
     let _turn = SERIAL.lock().await;
-    let nats = common::nats::Nats::start();
+    let nats = testkit::edge::nats::Nats::start();
     let edge = Edge::start("", "").with_section(&format!(
         "http: {{ max_header_bytes: 60KiB, max_headers: 64 }}\nbackhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: LIMITS, create: true }}\n",
         nats.url()
@@ -556,7 +550,7 @@ async fn send_head(edge: &Edge, http2: bool, head: &[(String, String)]) -> u16 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_captured_delivery_under_another_id_cannot_poison_de_duplication() {
     let _turn = SERIAL.lock().await;
-    let nats = common::nats::Nats::start();
+    let nats = testkit::edge::nats::Nats::start();
     let edge = Edge::start("", "").with_section(&format!(
         "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: REPLAY, create: true }}\n",
         nats.url()
@@ -613,7 +607,7 @@ async fn a_captured_delivery_under_another_id_cannot_poison_de_duplication() {
 /// The messages in `stream` whose `Edge-Event-Id` starts with `prefix`, once there are
 /// `count` of them (20 s at most).
 async fn wait_for_stream(
-    nats: &common::nats::Nats,
+    nats: &testkit::edge::nats::Nats,
     stream: &str,
     prefix: &str,
     count: usize,

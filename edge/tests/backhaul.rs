@@ -1,19 +1,13 @@
 //! The backhaul against a real nats-server with JetStream (from Debian), started here on
 //! a loopback port with its store in a temp dir, stopped by PID.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::nats::Nats;
-use common::*;
+use testkit::edge::nats::Nats;
+use testkit::edge::*;
 
 fn backhaul_config(nats: &Nats) -> String {
     format!(

@@ -1,12 +1,6 @@
 //! The HTTP/2 sink against an origin written here (hyper, HTTP/2 prior knowledge on a
 //! loopback port) whose answers depend on the event id: slow, 503 + Retry-After once,
 //! 400 (dead letter), 500 while "down" (circuit breaker).
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -15,10 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use testkit::edge::*;
 
 #[derive(Default)]
 struct Origin {

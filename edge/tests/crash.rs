@@ -1,19 +1,13 @@
 //! Crash test: 2,000 signed webhooks sent concurrently, `kill -9` of the edge midway,
 //! restart. Every event that got a 2xx must be in the spool exactly once, and recovery
 //! must report the torn tail it cut; with segments that grow and with preallocated ones.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use testkit::edge::*;
 
 const EVENTS: usize = 2000;
 const CONCURRENCY: usize = 64;
@@ -158,7 +152,7 @@ async fn kill_9_midway(preallocate: bool) {
 
     // The restarted edge still knows what it stored: a redelivery (same id, same body)
     // is acknowledged as a duplicate and not stored again, and new events follow on.
-    let client = common::client(&edge, false);
+    let client = testkit::edge::client(&edge, false);
     let first: usize = acked[0].trim_start_matches("crash-").parse().unwrap();
     let again = github_post(&client, &edge, &acked[0], event_body(first).as_bytes())
         .send()

@@ -14,19 +14,17 @@
 //!   damaged records.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-mod common;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::nats::Nats;
-use common::*;
 use powercut::{Op, PowerCut, Trigger};
+use testkit::edge::nats::Nats;
+use testkit::edge::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_cuts_at_seeded_points_lose_no_acknowledged_event() {

@@ -2,17 +2,11 @@
 //! clients: curl over HTTP/2 and HTTP/1.1 (50 times each: losing the answer was a race
 //! between the answer and a reset while curl was still sending), and the h2 crate
 //! reading the answer mid-upload, finishing the upload, and using the connection again.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::process::Command;
 
 use bytes::Bytes;
-use common::*;
+use testkit::edge::*;
 
 const REPEATS: usize = 50;
 

@@ -3,17 +3,11 @@
 //! it gets 425; replaying the same session gets its early data refused (single-use
 //! tickets) and nothing is processed twice; a proxy's `Early-Data: 1` header counts as
 //! early.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use testkit::edge::*;
 
 const EARLY_ROUTE: &str = "  - path: /hooks/early
     name: early

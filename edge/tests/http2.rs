@@ -1,16 +1,10 @@
 //! HTTP/2 abuse: Rapid Reset (CVE-2023-44487), a client that opens streams and cancels
 //! them in a loop, is cut off with GOAWAY while a legitimate HTTP/2 client on another
 //! connection keeps working; a peer that stops answering PINGs is closed.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use testkit::edge::*;
 
 async fn h2_connection(edge: &Edge) -> h2::client::SendRequest<bytes::Bytes> {
     let (send, connection) = h2::client::handshake(h2_tls(edge).await).await.unwrap();

@@ -3,16 +3,14 @@
 //! body ended all get their answers, in order, on one connection.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::*;
+use testkit::edge::*;
 
 #[tokio::test]
 async fn requests_apart_in_time_are_served_on_one_connection_held_outside_hyper() {

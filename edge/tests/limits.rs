@@ -1,18 +1,12 @@
 //! Connection caps on the real binary: over its per-source cap a connection is closed
 //! before any TLS work, other sources are unaffected, trusted CIDRs get a higher cap,
 //! and closed connections free their slots; idle connections end by the idle timeout.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::*;
+use testkit::edge::*;
 
 /// A raw TCP connection from `source` to the edge.
 fn connect_from(source: &str, edge: &Edge) -> TcpStream {

@@ -3,20 +3,14 @@
 //! (new and old both valid, then the old one removed) and an invalid file is tried.
 //! Not one request fails; each change is seen from outside when it is applied (the
 //! renewed certificate's expiry in the metrics too).
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use testkit::edge::*;
 
 const OLD: &str = GITHUB_OLD_SECRET;
 const NEW: &str = GITHUB_SECRET;

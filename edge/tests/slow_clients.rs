@@ -7,17 +7,15 @@
 //! Once more with the open-files limit at 1,024: accept backs off on EMFILE and recovers.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-mod common;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use testkit::edge::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn slowloris_is_cut_by_the_header_deadline() {

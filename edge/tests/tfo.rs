@@ -2,18 +2,12 @@
 //! `curl --tcp-fastopen` twice (the first fetches a cookie, the second puts its
 //! ClientHello in the SYN): the kernel's TcpExtTCPFastOpenPassive moves and the edge's
 //! `edge_tfo_accepted_total` counts it. Root.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ::lab::netns;
-use common::*;
+use testkit::edge::*;
 
 fn in_ns(ns: &str, args: &[&str]) -> String {
     netns::output(ns, args)
@@ -36,7 +30,11 @@ fn second_curl_uses_fast_open_and_the_edge_counts_it() {
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("edge.yaml");
-    std::fs::write(&config, common::config(dir.path(), 8443, 9180, "", "")).unwrap();
+    std::fs::write(
+        &config,
+        testkit::edge::config(dir.path(), 8443, 9180, "", ""),
+    )
+    .unwrap();
     let log = std::fs::File::create(dir.path().join("edge.log")).unwrap();
     let mut edge = Command::new("ip")
         .args(["netns", "exec", ns.name(), edge_bin(), "run", "--config"])

@@ -2,12 +2,6 @@
 //! `openssl s_client` starts at one edge resumes at another edge holding the same key
 //! file; an edge without it does not; rotating the file (SIGHUP) keeps old tickets valid
 //! while their key is listed and ends them once it is gone.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::io::Write;
 use std::path::Path;
@@ -15,7 +9,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use common::*;
+use testkit::edge::*;
 
 /// Runs s_client against `port`; returns "Reused" or "New".
 fn s_client(port: u16, sess_in: Option<&Path>, sess_out: Option<&Path>) -> &'static str {

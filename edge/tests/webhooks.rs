@@ -1,18 +1,12 @@
 //! The real `edge` binary on loopback, driven over HTTPS (h1 and h2, reqwest and curl):
 //! every answer the webhook path gives, de-duplication, metrics, drain and shutdown.
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-mod common;
 
 use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use common::*;
+use testkit::edge::*;
 
 const MORE_ROUTES: &str = r#"  - path: /hooks/stripe
     provider: stripe

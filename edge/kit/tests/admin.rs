@@ -3,7 +3,7 @@
 //! and a monitor's request beside the flood is answered at once.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
 
 use std::time::{Duration, Instant};

@@ -5,10 +5,8 @@
 //! BIRD; then upgraded by `rolling-deploy.yml` under load, and refused a bad config.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-mod support;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use lab::machine::Machine;
 use lab::sender::Outcome;
-use support::{
+use testkit::e2e::{
     LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, RouterWatch, VIP, failures, now_ms,
 };
 

@@ -4,7 +4,7 @@
 //! parses. (The lab scenarios run the dashboard's queries against the lab's Prometheus.)
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
 
 use std::collections::BTreeSet;

@@ -5,10 +5,8 @@
 //! alerts, and that nothing acknowledged is lost.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-mod support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::{Command, ExitCode, Stdio};
@@ -17,7 +15,7 @@ use std::time::{Duration, Instant};
 use lab::dashboard::{Dashboard, instantiate};
 use lab::prometheus::Alert;
 use lab::sender::Outcome;
-use support::{
+use testkit::e2e::{
     LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, RouterWatch, VIP, VIP6, failures,
     now_ms, router_next_hops, url,
 };

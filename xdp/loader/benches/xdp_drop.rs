@@ -10,15 +10,6 @@
 //!    rounds: packets dropped per second, and machine CPU per packet (all CPUs, from
 //!    /proc/stat, sender included: on veth the receive path runs inside the sender's
 //!    transmit call, so the two cannot be told apart).
-#![allow(
-    clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
-)]
-
-#[path = "../tests/lab/mod.rs"]
-mod lab;
-#[path = "../tests/packets/mod.rs"]
-mod packets;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
@@ -26,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
-use packets::*;
+use testkit::packets::*;
 
 const FLOOD_SECONDS: u64 = 3;
 const TEST_RUN_REPEATS: u32 = 1_000_000;
@@ -122,7 +113,7 @@ fn test_run_nanoseconds() {
 }
 
 fn syn_flood() {
-    let mut lab = lab::Lab::new("b");
+    let mut lab = testkit::xdp::Lab::new("b");
     let victim_mac = mac(&lab, &lab.victim, &lab.veth);
     let sender_mac = mac(&lab, &lab.sender, &lab.peer);
     let contenders = ["xdp-driver", "iptables", "xdp-skb"];
@@ -222,7 +213,7 @@ fn syn_flood() {
 
 /// Runs the sender in the sender namespace for FLOOD_SECONDS; returns frames sent and
 /// the CPU time all CPUs spent meanwhile.
-fn flood(lab: &lab::Lab, victim_mac: &[u8; 6], sender_mac: &[u8; 6]) -> (u64, u64) {
+fn flood(lab: &testkit::xdp::Lab, victim_mac: &[u8; 6], sender_mac: &[u8; 6]) -> (u64, u64) {
     let spec = format!("{},{},{}", lab.peer, hex(victim_mac), hex(sender_mac));
     let busy_before = busy_ns();
     let out = Command::new("ip")
@@ -309,7 +300,7 @@ fn sender(spec: &str) {
     println!("{sent}");
 }
 
-fn mac(lab: &lab::Lab, ns: &str, ifname: &str) -> [u8; 6] {
+fn mac(lab: &testkit::xdp::Lab, ns: &str, ifname: &str) -> [u8; 6] {
     let out = lab.exec(ns, &["cat", &format!("/sys/class/net/{ifname}/address")]);
     unhex(&out.trim().replace(':', ""))
 }

@@ -2,16 +2,14 @@
 //! verifier accepts it, and every packet gets the expected verdict and counter. Root.
 #![allow(
     clippy::expect_used,
-    reason = "test code: a failed fixture stops the run where it says"
+    reason = "test code: a failed step stops the run where it says"
 )]
-
-mod packets;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
-use packets::*;
+use testkit::packets::*;
 use xdp_common::Reason;
 
 const XDP_DROP: u32 = 1;
@@ -67,7 +65,7 @@ fn expect(filter: &Filter, packet: &[u8], reason: Reason, what: &str) {
 
 #[test]
 fn every_rule_and_reason_v4() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let f = filter();
     let syn = |src, dst, port| ipv4(src, dst, 6, &tcp(port, SYN)).bytes();
     expect(&f, &arp().bytes(), Reason::Pass, "non-IP passes");
@@ -173,7 +171,7 @@ fn every_rule_and_reason_v4() {
 
 #[test]
 fn syn_and_icmp_rates() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let f = filter();
     let src = Ipv4Addr::new(100, 64, 9, 9);
     for i in 0..3 {
@@ -220,7 +218,7 @@ fn syn_and_icmp_rates() {
 
 #[test]
 fn vlan_tags() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let f = filter();
     let syn = ipv4(CLIENT, VIP, 6, &tcp(80, SYN | ACK));
     expect(&f, &syn.clone().vlan(10).bytes(), Reason::Pass, "one tag");
@@ -249,7 +247,7 @@ fn vlan_tags() {
 
 #[test]
 fn malformed_v4() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let f = filter();
     let whole = ipv4(CLIENT, VIP, 6, &tcp(443, ACK)).vlan(5).bytes();
     // The kernel runs XDP tests only on frames of at least an Ethernet header.
@@ -296,7 +294,7 @@ fn malformed_v4() {
 
 #[test]
 fn ipv6_rules_extension_headers_and_rates() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let f = filter();
     let syn6 = |src, ext: &[(u8, usize)]| ipv6(src, VIP6, ext, 6, &tcp(443, SYN)).bytes();
     expect(&f, &syn6(CLIENT6, &[]), Reason::Pass, "v6 SYN");
@@ -413,7 +411,7 @@ fn ipv6_rules_extension_headers_and_rates() {
 
 #[test]
 fn empty_lists_are_skipped_and_refilled_lists_apply() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let mut f = filter();
     let text = CONFIG.replace(
         "allowlist: [198.51.100.0/24, \"2001:db8:aaaa::/48\"]",
@@ -438,7 +436,7 @@ fn empty_lists_are_skipped_and_refilled_lists_apply() {
 
 #[test]
 fn lists_are_replaced_on_reapply() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let mut f = filter();
     let src = Ipv4Addr::new(100, 64, 200, 1);
     expect(
@@ -465,7 +463,7 @@ fn lists_are_replaced_on_reapply() {
 
 #[test]
 fn list_hints_only_skip_sources_the_lists_cannot_hold() {
-    ::lab::require_root!("loading an XDP program");
+    lab::require_root!("loading an XDP program");
     let mut f = filter();
     let text = CONFIG.replace(
         "blocklist: [203.0.113.0/24, \"2001:db8:bad::/48\"]",

@@ -3,11 +3,9 @@
 //! each kind of junk; a legitimate HTTP client keeps working; the counters match what was
 //! sent; SIGHUP swaps the blocklist without detaching. Root.
 
-mod lab;
-
 use std::time::{Duration, Instant};
 
-use lab::Lab;
+use testkit::xdp::Lab;
 
 fn junk_counts_match(mode: &str, tag: &str) {
     let mut lab = Lab::new(tag);
@@ -105,12 +103,12 @@ fn junk_counts_match(mode: &str, tag: &str) {
 
 #[test]
 fn veth_driver_mode() {
-    ::lab::require_root!("XDP on a veth in network namespaces");
+    lab::require_root!("XDP on a veth in network namespaces");
     junk_counts_match("driver", "d");
 }
 
 #[test]
 fn veth_skb_mode() {
-    ::lab::require_root!("XDP on a veth in network namespaces");
+    lab::require_root!("XDP on a veth in network namespaces");
     junk_counts_match("skb", "s");
 }

@@ -1,8 +1,6 @@
 //! What the lab's end-to-end tests share: the `lab` binary driven as a user would, the
 //! client's load, the router's next hops, the origin's count and the lab Prometheus's
 //! alerts.
-// Each test binary uses a part of it.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -13,13 +11,13 @@ use lab::prometheus::Alert;
 use lab::sender::Outcome;
 
 /// The `lab` binary, with the topology up for the test's lifetime.
-pub(crate) struct LabCli {
+pub struct LabCli {
     /// Every outcome of every load, for the final zero-loss check.
     all: std::cell::RefCell<Vec<Outcome>>,
 }
 
 impl LabCli {
-    pub(crate) fn up() -> LabCli {
+    pub fn up() -> LabCli {
         let lab = LabCli::started(&["up"]);
         lab.wait_next_hops(2, Duration::from_secs(30));
         lab
@@ -27,7 +25,7 @@ impl LabCli {
 
     /// The topology with `machines` (comma-separated nodes) left to booted machines:
     /// their namespaces, links and addresses, none of their services.
-    pub(crate) fn up_for_machines(machines: &str) -> LabCli {
+    pub fn up_for_machines(machines: &str) -> LabCli {
         LabCli::started(&["up", "--machines", machines])
     }
 
@@ -39,17 +37,14 @@ impl LabCli {
         lab
     }
 
-    pub(crate) fn run(&self, args: &[&str]) -> String {
+    pub fn run(&self, args: &[&str]) -> String {
         self.try_run(args)
             .unwrap_or_else(|e| panic!("lab {args:?}: {e}"))
     }
 
     /// `lab ARGS`: its stdout, or its output when it fails.
-    pub(crate) fn try_run(&self, args: &[&str]) -> Result<String, String> {
-        let output = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(args)
-            .output()
-            .unwrap();
+    pub fn try_run(&self, args: &[&str]) -> Result<String, String> {
+        let output = Command::new(lab_bin()).args(args).output().unwrap();
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).into_owned())
         } else {
@@ -63,7 +58,7 @@ impl LabCli {
 
     /// Starts every service `lab status` reports stopped, naming each; so that a
     /// scenario that failed halfway (its victim still down) does not fail the ones after it.
-    pub(crate) fn start_stopped_services(&self) {
+    pub fn start_stopped_services(&self) {
         for (node, service, _) in self.services().iter().filter(|(.., pid)| pid.is_none()) {
             match self.try_run(&["start", node, service]) {
                 Ok(_) => println!("lab: started {node}/{service}, left stopped by the failure"),
@@ -73,7 +68,7 @@ impl LabCli {
     }
 
     /// A running service's PID, as `lab status` reports it.
-    pub(crate) fn service_pid(&self, node: &str, service: &str) -> i32 {
+    pub fn service_pid(&self, node: &str, service: &str) -> i32 {
         let services = self.services();
         let (.., pid) = services
             .iter()
@@ -100,8 +95,8 @@ impl LabCli {
         services
     }
 
-    pub(crate) fn spawn(&self, args: &[&str]) -> Child {
-        Command::new(env!("CARGO_BIN_EXE_lab"))
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        Command::new(lab_bin())
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -110,14 +105,14 @@ impl LabCli {
     }
 
     /// Starts the client's sender in the background, to the IPv4 anycast address.
-    pub(crate) fn load(&self, prefix: &str, rate: u32, duration: Duration) -> Load {
+    pub fn load(&self, prefix: &str, rate: u32, duration: Duration) -> Load {
         self.load_to(&url(VIP), prefix, rate, duration)
     }
 
     /// Starts the client's sender in the background, to `url`.
-    pub(crate) fn load_to(&self, url: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
-        let child = Command::new(env!("CARGO_BIN_EXE_lab"))
-            .args(CLIENT_LAB)
+    pub fn load_to(&self, url: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
+        let child = Command::new(lab_bin())
+            .args(client_lab())
             .arg("send")
             .args(["--url", url])
             .args(["--rate", &rate.to_string()])
@@ -130,30 +125,25 @@ impl LabCli {
         Load { child }
     }
 
-    pub(crate) fn next_hops(&self) -> Vec<String> {
+    pub fn next_hops(&self) -> Vec<String> {
         router_next_hops()
     }
 
     /// Waits until the router has `count` next hops for the IPv4 VIP; returns how long
     /// it took.
-    pub(crate) fn wait_next_hops(&self, count: usize, timeout: Duration) -> Duration {
+    pub fn wait_next_hops(&self, count: usize, timeout: Duration) -> Duration {
         self.wait_next_hops_for(VIP, count, timeout)
     }
 
     /// Waits until the router has `count` next hops for `vip`.
-    pub(crate) fn wait_next_hops_for(
-        &self,
-        vip: &str,
-        count: usize,
-        timeout: Duration,
-    ) -> Duration {
+    pub fn wait_next_hops_for(&self, vip: &str, count: usize, timeout: Duration) -> Duration {
         self.wait_router(vip, &format!("{count} next hops"), timeout, |hops| {
             hops.len() == count
         })
     }
 
     /// Waits until the router's next hops for the IPv4 VIP are exactly `hops`.
-    pub(crate) fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
+    pub fn wait_next_hops_exactly(&self, hops: &[&str], timeout: Duration) -> Duration {
         self.wait_router(VIP, &format!("next hops {hops:?}"), timeout, |now| {
             now == hops
         })
@@ -179,7 +169,7 @@ impl LabCli {
     }
 
     /// The alerts the lab's Prometheus holds, pending and firing.
-    pub(crate) fn alerts(&self) -> Vec<Alert> {
+    pub fn alerts(&self) -> Vec<Alert> {
         self.run(&["alerts"])
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
@@ -187,7 +177,7 @@ impl LabCli {
     }
 
     /// Polls the lab's alerts until `reached` holds for them; returns how long it took.
-    pub(crate) fn wait_alerts(
+    pub fn wait_alerts(
         &self,
         what: &str,
         timeout: Duration,
@@ -208,26 +198,26 @@ impl LabCli {
     }
 
     /// Waits until no alert is firing; returns how long it took.
-    pub(crate) fn wait_no_alert_firing(&self, timeout: Duration) -> Duration {
+    pub fn wait_no_alert_firing(&self, timeout: Duration) -> Duration {
         self.wait_alerts("no alert firing", timeout, |alerts| {
             !alerts.iter().any(Alert::firing)
         })
     }
 
     /// A PromQL instant query at the lab's Prometheus: its `data`, or why it failed.
-    pub(crate) fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
+    pub fn query(&self, expr: &str) -> Result<serde_json::Value, String> {
         let data = self.try_run(&["query", expr])?;
         serde_json::from_str(&data).map_err(|e| e.to_string())
     }
 
     /// Stops every server of the origin's NATS cluster.
-    pub(crate) fn stop_origin(&self) {
+    pub fn stop_origin(&self) {
         for server in ORIGIN_SERVERS {
             self.run(&["stop", "origin", server]);
         }
     }
 
-    pub(crate) fn start_origin(&self) {
+    pub fn start_origin(&self) {
         for server in ORIGIN_SERVERS {
             self.run(&["start", "origin", server]);
         }
@@ -235,8 +225,8 @@ impl LabCli {
 
     /// The origin stream's replication (leader and peers), or why it could not be read
     /// (no leader at the moment, say).
-    pub(crate) fn origin_replication(&self) -> Result<Replication, String> {
-        let line = self.try_run(&[&CLIENT_LAB[..], &["origin", "--replication"]].concat())?;
+    pub fn origin_replication(&self) -> Result<Replication, String> {
+        let line = self.try_run(&[&client_lab()[..], &["origin", "--replication"]].concat())?;
         serde_json::from_str(&line).map_err(|e| e.to_string())
     }
 
@@ -244,7 +234,7 @@ impl LabCli {
     /// still electing its leaders, say).
     /// What `pop`'s own origin identity (the nkey in its edge.yaml) may do: look the
     /// stream up, publish to `subject`, delete the stream.
-    pub(crate) fn origin_probe(&self, pop: &str, subject: &str, other_pop: &str) -> Probe {
+    pub fn origin_probe(&self, pop: &str, subject: &str, other_pop: &str) -> Probe {
         let config: serde_yaml::Value = serde_yaml::from_str(
             &std::fs::read_to_string(lab_dir().join(pop).join("edge.yaml")).unwrap(),
         )
@@ -257,7 +247,7 @@ impl LabCli {
         let line = self
             .try_run(
                 &[
-                    &CLIENT_LAB[..],
+                    &client_lab()[..],
                     &["origin", "--probe", subject, "--as-seed-file"],
                     &[seed_file.to_str().unwrap()],
                     &["--as-inbox", &format!("_INBOX.{pop}")],
@@ -270,8 +260,8 @@ impl LabCli {
         serde_json::from_str(line.trim()).unwrap()
     }
 
-    pub(crate) fn origin(&self) -> Result<Vec<Arrival>, String> {
-        let lines = self.try_run(&[&CLIENT_LAB[..], &["origin"]].concat())?;
+    pub fn origin(&self) -> Result<Vec<Arrival>, String> {
+        let lines = self.try_run(&[&client_lab()[..], &["origin"]].concat())?;
         lines
             .lines()
             .map(|line| serde_json::from_str(line).map_err(|e| e.to_string()))
@@ -280,7 +270,7 @@ impl LabCli {
 
     /// Waits until every acked outcome is at the origin, then asserts that none is
     /// missing and none arrived twice, naming the ids that did not.
-    pub(crate) fn assert_at_origin_once(&self, outcomes: &[Outcome], timeout: Duration) {
+    pub fn assert_at_origin_once(&self, outcomes: &[Outcome], timeout: Duration) {
         let started = Instant::now();
         loop {
             let arrivals = match self.origin() {
@@ -321,7 +311,7 @@ impl LabCli {
     }
 
     /// Every request of `outcomes` was acked, and every one is at the origin once.
-    pub(crate) fn assert_all_acked_and_at_origin(&self, outcomes: &[Outcome], timeout: Duration) {
+    pub fn assert_all_acked_and_at_origin(&self, outcomes: &[Outcome], timeout: Duration) {
         assert!(
             outcomes.iter().all(|o| o.acked()),
             "{:?}",
@@ -330,7 +320,7 @@ impl LabCli {
         self.assert_at_origin_once(outcomes, timeout);
     }
 
-    pub(crate) fn verify_origin_has_every_ack(&self) {
+    pub fn verify_origin_has_every_ack(&self) {
         let all = self.all.borrow();
         self.assert_at_origin_once(&all, Duration::from_secs(30));
         let acked = all.iter().filter(|o| o.acked()).count();
@@ -341,7 +331,7 @@ impl LabCli {
 
     /// `down` (twice: it must be idempotent) stops every service and removes every
     /// namespace and the state directory.
-    pub(crate) fn down_leaves_nothing(&self) {
+    pub fn down_leaves_nothing(&self) {
         let status = self.run(&["status"]);
         let pids: Vec<i32> = status
             .split(['(', ')'])
@@ -369,7 +359,7 @@ impl LabCli {
     }
 
     /// Packets the PoPs' XDP programs dropped, all reasons.
-    pub(crate) fn xdp_drops(&self) -> f64 {
+    pub fn xdp_drops(&self) -> f64 {
         [("pop-a", POP_A_ADDR), ("pop-b", POP_B_ADDR)]
             .iter()
             .map(|(pop, address)| {
@@ -384,12 +374,12 @@ impl LabCli {
     }
 
     /// The router's BIRD has a route to the VIP from the PoP at `address` (best or not).
-    pub(crate) fn router_has_path_via(&self, address: &str) -> bool {
+    pub fn router_has_path_via(&self, address: &str) -> bool {
         self.router_routes().contains(&format!("via {address}"))
     }
 
     /// The router's BIRD holds a path to the anycast address tagged GRACEFUL_SHUTDOWN.
-    pub(crate) fn router_has_graceful_shutdown_path(&self) -> bool {
+    pub fn router_has_graceful_shutdown_path(&self) -> bool {
         self.router_routes().contains("(65535,0)")
     }
 
@@ -405,7 +395,7 @@ impl LabCli {
     }
 
     /// Updates plus withdraws the router received from pop-a's session.
-    pub(crate) fn route_changes_from_pop_a(&self) -> u64 {
+    pub fn route_changes_from_pop_a(&self) -> u64 {
         let text = self.router_birdc(&["show", "protocols", "all", "pop_a"]);
         let received = |label: &str| -> u64 {
             text.lines()
@@ -420,16 +410,16 @@ impl LabCli {
 
 impl Drop for LabCli {
     fn drop(&mut self) {
-        let _ = Command::new(env!("CARGO_BIN_EXE_lab")).arg("down").status();
+        let _ = Command::new(lab_bin()).arg("down").status();
     }
 }
 
-pub(crate) struct Load {
+pub struct Load {
     child: Child,
 }
 
 impl Load {
-    pub(crate) fn finish(self, lab: &LabCli) -> Vec<Outcome> {
+    pub fn finish(self, lab: &LabCli) -> Vec<Outcome> {
         let output = self.child.wait_with_output().unwrap();
         assert!(
             output.status.success(),
@@ -448,14 +438,14 @@ impl Load {
 }
 
 /// The router's next hops for the IPv4 VIP (one per announcing PoP).
-pub(crate) fn router_next_hops() -> Vec<String> {
+pub fn router_next_hops() -> Vec<String> {
     router_next_hops_for(VIP)
 }
 
 /// The router's next hops for `vip`, IPv4 or IPv6 (one per announcing PoP).
-pub(crate) fn router_next_hops_for(vip: &str) -> Vec<String> {
+pub fn router_next_hops_for(vip: &str) -> Vec<String> {
     let family = if vip.contains(':') { "-6" } else { "-4" };
-    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
+    let output = Command::new(lab_bin())
         .args(["exec", "rtr", "--", "ip", family, "route", "show", vip])
         .output()
         .unwrap();
@@ -470,22 +460,22 @@ pub(crate) fn router_next_hops_for(vip: &str) -> Vec<String> {
 
 /// The router's next hops for the anycast address, sampled every ~20 ms on a thread
 /// until `stop`.
-pub(crate) struct RouterWatch {
+pub struct RouterWatch {
     watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
     sampler: std::thread::JoinHandle<Vec<(u64, Vec<String>)>>,
 }
 
 /// At 50 webhooks/s of a few ms each, about one connection is open at any instant: at
 /// most this many may be reset by one change of the router's ECMP set.
-pub(crate) const MAX_REHASHED_PER_CHANGE: usize = 2;
+pub const MAX_REHASHED_PER_CHANGE: usize = 2;
 
 /// What a `RouterWatch` saw: every sample, time-stamped in Unix ms.
-pub(crate) struct RouterLog {
+pub struct RouterLog {
     samples: Vec<(u64, Vec<String>)>,
 }
 
 impl RouterWatch {
-    pub(crate) fn start() -> RouterWatch {
+    pub fn start() -> RouterWatch {
         use std::sync::atomic::{AtomicBool, Ordering};
         let watching = std::sync::Arc::new(AtomicBool::new(true));
         let sampler = {
@@ -503,7 +493,7 @@ impl RouterWatch {
         RouterWatch { watching, sampler }
     }
 
-    pub(crate) fn stop(self) -> RouterLog {
+    pub fn stop(self) -> RouterLog {
         self.watching
             .store(false, std::sync::atomic::Ordering::Relaxed);
         RouterLog {
@@ -513,7 +503,7 @@ impl RouterWatch {
 }
 
 impl RouterLog {
-    pub(crate) fn fewest_paths(&self) -> usize {
+    pub fn fewest_paths(&self) -> usize {
         self.samples
             .iter()
             .map(|(_, hops)| hops.len())
@@ -523,7 +513,7 @@ impl RouterLog {
 
     /// When the set of next hops changed: from the last sample with the old set to the
     /// first with the new one.
-    pub(crate) fn changes(&self) -> Vec<(u64, u64)> {
+    pub fn changes(&self) -> Vec<(u64, u64)> {
         self.samples
             .windows(2)
             .filter(|pair| pair[0].1 != pair[1].1)
@@ -532,12 +522,12 @@ impl RouterLog {
     }
 
     /// When the first sample after `after_ms` had `hop` among the next hops.
-    pub(crate) fn first_with(&self, hop: &str, after_ms: u64) -> Option<u64> {
+    pub fn first_with(&self, hop: &str, after_ms: u64) -> Option<u64> {
         self.first_after(after_ms, |hops| hops.iter().any(|h| h == hop))
     }
 
     /// When the first sample after `after_ms` did not have `hop` among the next hops.
-    pub(crate) fn first_without(&self, hop: &str, after_ms: u64) -> Option<u64> {
+    pub fn first_without(&self, hop: &str, after_ms: u64) -> Option<u64> {
         self.first_after(after_ms, |hops| hops.iter().all(|h| h != hop))
     }
 
@@ -550,7 +540,7 @@ impl RouterLog {
 
     /// A request that got no answer while the router's ECMP set changed under it: its
     /// packets were hashed to the other PoP mid-connection and reset there.
-    pub(crate) fn rehashed(&self, outcome: &Outcome) -> bool {
+    pub fn rehashed(&self, outcome: &Outcome) -> bool {
         outcome.status.is_none()
             && self
                 .changes()
@@ -559,7 +549,7 @@ impl RouterLog {
     }
 }
 
-pub(crate) fn failures(outcomes: &[Outcome]) -> Vec<String> {
+pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
     outcomes
         .iter()
         .filter(|o| !o.acked())
@@ -568,35 +558,43 @@ pub(crate) fn failures(outcomes: &[Outcome]) -> Vec<String> {
         .collect()
 }
 
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
 }
 
-pub(crate) const VIP: &str = "192.0.2.10";
-pub(crate) const VIP6: &str = "2001:db8:a::10";
+pub const VIP: &str = "192.0.2.10";
+pub const VIP6: &str = "2001:db8:a::10";
 
 /// The lab's GitHub webhook route at `vip`.
-pub(crate) fn url(vip: &str) -> String {
+pub fn url(vip: &str) -> String {
     if vip.contains(':') {
         format!("https://[{vip}]/hooks/github")
     } else {
         format!("https://{vip}/hooks/github")
     }
 }
-/// The PoPs' addresses on their links to the router (the router's next hops).
-/// `lab` run inside the client node.
+
 /// The lab's folder in this checkout.
 fn lab_dir() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-const CLIENT_LAB: [&str; 4] = ["exec", "client", "--", env!("CARGO_BIN_EXE_lab")];
+/// `lab exec client -- lab`: the `lab` binary run in the client's namespace.
+fn client_lab() -> [&'static str; 4] {
+    ["exec", "client", "--", lab_bin()]
+}
+
+/// The `lab` binary.
+pub fn lab_bin() -> &'static str {
+    crate::built_binary("lab")
+}
 
 /// The origin's NATS servers: lab services named as the servers name themselves.
-pub(crate) const ORIGIN_SERVERS: [&str; 3] = ["nats-1", "nats-2", "nats-3"];
+pub const ORIGIN_SERVERS: [&str; 3] = ["nats-1", "nats-2", "nats-3"];
 
-pub(crate) const POP_A_ADDR: &str = "10.0.1.2";
-pub(crate) const POP_B_ADDR: &str = "10.0.2.2";
+/// The PoPs' addresses on their links to the router (the router's next hops).
+pub const POP_A_ADDR: &str = "10.0.1.2";
+pub const POP_B_ADDR: &str = "10.0.2.2";

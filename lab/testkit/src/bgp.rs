@@ -1,7 +1,6 @@
 //! Network namespaces with real BIRD and ExaBGP for the agent's integration tests:
 //! an upstream router `up` (BIRD, AS 65000) and a PoP `pop` (AS 65001) joined by a veth
 //! pair. Everything is created here and removed on drop; processes are stopped by PID.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,24 +8,24 @@ use std::process::Command;
 use ::lab::netns;
 use std::time::{Duration, Instant};
 
-pub(crate) const VIP: &str = "192.0.2.10/32";
-pub(crate) const UP_ADDR: &str = "198.51.100.1";
-pub(crate) const POP_ADDR: &str = "198.51.100.2";
+pub const VIP: &str = "192.0.2.10/32";
+pub const UP_ADDR: &str = "198.51.100.1";
+pub const POP_ADDR: &str = "198.51.100.2";
 
-pub(crate) struct Lab {
+pub struct Lab {
     pub up: String,
     pub pop: String,
     pub dir: tempfile::TempDir,
     net: netns::VethPair,
 }
 
-pub(crate) fn agent_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_bgp-agent")
+pub fn agent_bin() -> &'static str {
+    crate::built_binary("bgp-agent")
 }
 
 impl Lab {
     /// Two namespaces, a veth between them, and BIRD running in `up`.
-    pub(crate) fn new(tag: &str) -> Lab {
+    pub fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
         let (up, pop) = (format!("bga-up-{tag}-{id}"), format!("bga-pop-{tag}-{id}"));
         let (veth_up, veth_pop) = (format!("u{tag}{id}"), format!("p{tag}{id}"));
@@ -43,17 +42,17 @@ impl Lab {
         }
     }
 
-    pub(crate) fn path(&self, name: &str) -> PathBuf {
+    pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// Starts a process inside a namespace, logging to `log`.
-    pub(crate) fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
+    pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
         let log = self.path(log);
         self.net.spawn(ns, args, &log)
     }
 
-    pub(crate) fn start_upstream_bird(&mut self) {
+    pub fn start_upstream_bird(&mut self) {
         let conf = self.path("up-bird.conf");
         std::fs::write(
             &conf,
@@ -82,18 +81,9 @@ impl Lab {
 
     /// BIRD as the PoP's speaker: a static route for the VIP, exported only while the
     /// agent's include file lists it (tagged 65535:0 while its GSHUT set does). The
-    /// include starts as the agent writes it with nothing announced.
-    pub(crate) fn start_pop_bird(&mut self, include: &Path) -> PathBuf {
-        std::fs::write(
-            include,
-            bgp_agent::speaker::bird::render(
-                "ANYCAST_V4",
-                "ANYCAST_V6",
-                &[],
-                bgp_agent::speaker::Advert::Withdrawn,
-            ),
-        )
-        .unwrap();
+    /// include starts as `withdrawn`: what the agent writes with nothing announced.
+    pub fn start_pop_bird(&mut self, include: &Path, withdrawn: &str) -> PathBuf {
+        std::fs::write(include, withdrawn).unwrap();
         let conf = self.path("pop-bird.conf");
         std::fs::write(
             &conf,
@@ -125,7 +115,7 @@ impl Lab {
 
     /// ExaBGP in the PoP namespace, peering with the upstream, running `process` (a
     /// command line) as its API process. Returns ExaBGP's PID.
-    pub(crate) fn start_exabgp(&mut self, process: &str, log: &str) -> u32 {
+    pub fn start_exabgp(&mut self, process: &str, log: &str) -> u32 {
         let conf = self.path("exabgp.conf");
         std::fs::write(
             &conf,
@@ -151,7 +141,7 @@ impl Lab {
     }
 
     /// BGP UPDATE messages (announcements plus withdrawals) the upstream received.
-    pub(crate) fn upstream_updates(&self) -> u64 {
+    pub fn upstream_updates(&self) -> u64 {
         let out = Command::new("birdc")
             .args([
                 "-s",
@@ -180,7 +170,7 @@ impl Lab {
     /// A stand-in for the edge's admin listener: `/metrics` serves
     /// `edge_spool_fill_ratio` as written in the file `fill` beside `flag` (0.1 when
     /// absent); every other path is `/readyz`, 200 while `flag` exists, 503 otherwise.
-    pub(crate) fn start_fake_edge(&mut self, port: u16, flag: &Path) {
+    pub fn start_fake_edge(&mut self, port: u16, flag: &Path) {
         let script = self.path("fake_edge.py");
         std::fs::write(
             &script,
@@ -219,7 +209,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// True when the upstream's BIRD holds the VIP tagged GRACEFUL_SHUTDOWN (65535:0).
-    pub(crate) fn upstream_sees_graceful_shutdown(&self) -> bool {
+    pub fn upstream_sees_graceful_shutdown(&self) -> bool {
         let out = Command::new("birdc")
             .args(["-s", self.path("up-bird.ctl").to_str().unwrap()])
             .args(["show", "route", VIP, "all"])
@@ -229,7 +219,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// The AS path of the upstream's route to the VIP (empty without one).
-    pub(crate) fn upstream_as_path(&self) -> Vec<u32> {
+    pub fn upstream_as_path(&self) -> Vec<u32> {
         let out = Command::new("birdc")
             .args(["-s", self.path("up-bird.ctl").to_str().unwrap()])
             .args(["show", "route", VIP, "all"])
@@ -247,7 +237,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// True when the upstream's kernel table holds the VIP (learned over BGP).
-    pub(crate) fn upstream_has_vip(&self) -> bool {
+    pub fn upstream_has_vip(&self) -> bool {
         let out = Command::new("ip")
             .args(["-n", &self.up, "route", "show", VIP])
             .output()
@@ -256,7 +246,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// Waits until the upstream's FIB has (or lacks) the VIP; returns how long it took.
-    pub(crate) fn wait_vip(&self, present: bool, limit: Duration) -> Option<Duration> {
+    pub fn wait_vip(&self, present: bool, limit: Duration) -> Option<Duration> {
         let started = Instant::now();
         while started.elapsed() < limit {
             if self.upstream_has_vip() == present {
@@ -268,7 +258,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// Runs a command in the PoP namespace and returns its stdout.
-    pub(crate) fn pop_exec(&self, args: &[&str]) -> String {
+    pub fn pop_exec(&self, args: &[&str]) -> String {
         let out = Command::new("ip")
             .args(["netns", "exec", &self.pop])
             .args(args)
@@ -283,7 +273,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// The PID of `parent`'s only child (a supervised process); panics if it has none.
-    pub(crate) fn child_of(&self, parent: u32) -> u32 {
+    pub fn child_of(&self, parent: u32) -> u32 {
         let started = Instant::now();
         loop {
             let out = Command::new("pgrep")
@@ -306,7 +296,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
     }
 
     /// Waits until the log `name` contains `needle`; returns the log from there on.
-    pub(crate) fn wait_log(&self, name: &str, needle: &str, limit: Duration) -> String {
+    pub fn wait_log(&self, name: &str, needle: &str, limit: Duration) -> String {
         let started = Instant::now();
         loop {
             let log = self.log(name);
@@ -321,15 +311,15 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
         }
     }
 
-    pub(crate) fn log(&self, name: &str) -> String {
+    pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap_or_default()
     }
 
-    pub(crate) fn kill(&mut self, pid: u32, signal: nix::sys::signal::Signal) {
+    pub fn kill(&mut self, pid: u32, signal: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
     }
 
-    pub(crate) fn wait_exit(&mut self, pid: u32, limit: Duration) -> bool {
+    pub fn wait_exit(&mut self, pid: u32, limit: Duration) -> bool {
         let started = Instant::now();
         while started.elapsed() < limit {
             if self.net.exited(pid) {
@@ -346,12 +336,12 @@ const HONOUR_GRACEFUL_SHUTDOWN: &str = "if (65535, 0) ~ bgp_community then bgp_l
 const TIMERS: &str = "hold time 9; keepalive time 3; connect retry time 2; connect delay time 1; error wait time 1,5;";
 
 /// How long the tests' agents announce with 65535:0 before a drain's or a stop's withdraw.
-pub(crate) const GRACEFUL_WAIT_MS: u64 = 1000;
+pub const GRACEFUL_WAIT_MS: u64 = 1000;
 
 /// The agent's config for these tests: fast rounds, small rise/fall, a short hold-down,
 /// no dampening (the unit tests cover it), a 1 s graceful shutdown, and a soft drain
 /// while the (fake) edge's spool is over half full.
-pub(crate) fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -> PathBuf {
+pub fn agent_config(lab: &Lab, admin_port: u16, edge_port: u16, speaker: &str) -> PathBuf {
     let path = lab.path("agent.yaml");
     std::fs::write(
         &path,

@@ -11,7 +11,7 @@ use super::Edge;
 
 /// A sender posting signed GitHub webhooks every 20 ms, alternating HTTP/1.1 and
 /// HTTP/2, each answer timed.
-pub(crate) struct Legit {
+pub struct Legit {
     started: tokio::time::Instant,
     stop: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<Vec<Result<Duration, String>>>,
@@ -20,7 +20,7 @@ pub(crate) struct Legit {
 impl Legit {
     /// Starts sending. `fresh`: a new TLS connection per request (what idle connections
     /// must not lock out), instead of keep-alive.
-    pub(crate) fn start(edge: &Edge, fresh: bool) -> Legit {
+    pub fn start(edge: &Edge, fresh: bool) -> Legit {
         let clients = [false, true].map(|http2| legit_client(edge, http2, fresh));
         let url = edge.url("/hooks/github");
         let stop = Arc::new(AtomicBool::new(false));
@@ -61,7 +61,7 @@ impl Legit {
     }
 
     /// Stops once at least [`MIN_LEGIT_SENT`] requests were sent, and reports.
-    pub(crate) async fn finish(self) -> LegitReport {
+    pub async fn finish(self) -> LegitReport {
         tokio::time::sleep_until(self.started + LEGIT_INTERVAL * MIN_LEGIT_SENT as u32).await;
         self.stop.store(true, Ordering::Release);
         let results = self.task.await.unwrap();
@@ -82,7 +82,7 @@ impl Legit {
 }
 
 #[derive(Debug)]
-pub(crate) struct LegitReport {
+pub struct LegitReport {
     pub sent: usize,
     pub ok: usize,
     pub p99: Duration,
@@ -92,7 +92,7 @@ pub(crate) struct LegitReport {
 
 impl LegitReport {
     /// Every legitimate request answered 2xx, p99 within 50 ms.
-    pub(crate) fn assert_served(&self, attack: &str) {
+    pub fn assert_served(&self, attack: &str) {
         assert!(self.sent >= MIN_LEGIT_SENT - 1, "{attack}: {self:?}");
         assert_eq!(
             self.ok, self.sent,
@@ -107,14 +107,14 @@ impl LegitReport {
 }
 
 /// The edge's peak resident memory while it runs, sampled every 50 ms.
-pub(crate) struct PeakRss {
+pub struct PeakRss {
     pid: i32,
     peak_kib: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl PeakRss {
-    pub(crate) fn watch(edge: &Edge) -> PeakRss {
+    pub fn watch(edge: &Edge) -> PeakRss {
         let pid = edge.pid();
         let peak_kib = Arc::new(AtomicU64::new(rss_kib(pid)));
         let peak = Arc::clone(&peak_kib);
@@ -132,7 +132,7 @@ impl PeakRss {
     }
 
     /// The peak so far, in MiB; asserts it stayed under the suite's bound.
-    pub(crate) fn assert_bounded(&self, attack: &str) -> u64 {
+    pub fn assert_bounded(&self, attack: &str) -> u64 {
         self.peak_kib
             .fetch_max(rss_kib(self.pid), Ordering::Relaxed);
         let mib = self.peak_kib.load(Ordering::Relaxed) / 1024;
@@ -148,13 +148,13 @@ impl Drop for PeakRss {
 }
 
 /// CPU time the edge's threads have used, per thread, to take differences of.
-pub(crate) struct CpuClock {
+pub struct CpuClock {
     pid: i32,
     start: HashMap<String, u64>,
 }
 
 impl CpuClock {
-    pub(crate) fn start(edge: &Edge) -> CpuClock {
+    pub fn start(edge: &Edge) -> CpuClock {
         CpuClock {
             pid: edge.pid(),
             start: thread_runtimes(edge.pid()),
@@ -162,7 +162,7 @@ impl CpuClock {
     }
 
     /// CPU time used since [`CpuClock::start`] by threads alive now.
-    pub(crate) fn elapsed(&self) -> Duration {
+    pub fn elapsed(&self) -> Duration {
         let now = thread_runtimes(self.pid);
         let ns: u64 = now
             .iter()
@@ -173,7 +173,7 @@ impl CpuClock {
 }
 
 /// Runs `requests` one after another and returns the edge's CPU time per request.
-pub(crate) async fn cpu_per_request<F, Fut>(edge: &Edge, requests: usize, mut send: F) -> Duration
+pub async fn cpu_per_request<F, Fut>(edge: &Edge, requests: usize, mut send: F) -> Duration
 where
     F: FnMut(usize) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -235,7 +235,7 @@ fn thread_runtimes(pid: i32) -> HashMap<String, u64> {
 }
 
 /// The legitimate sender's address; attacks come from 127.0.0.1.
-pub(crate) const LEGIT_SOURCE: &str = "127.0.0.2";
+pub const LEGIT_SOURCE: &str = "127.0.0.2";
 const LEGIT_INTERVAL: Duration = Duration::from_millis(20);
 /// Legitimate requests sent at the least, however short the attack.
 const MIN_LEGIT_SENT: usize = 100;

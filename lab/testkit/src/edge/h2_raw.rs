@@ -4,14 +4,14 @@
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The client connection preface and an empty SETTINGS frame.
-pub(crate) fn preface() -> Vec<u8> {
+pub fn preface() -> Vec<u8> {
     let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     out.extend(frame(SETTINGS, 0, 0, &[]));
     out
 }
 
 /// One frame: 24-bit length, type, flags, 31-bit stream id, payload.
-pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len() as u32;
     let mut out = Vec::with_capacity(9 + payload.len());
     out.extend_from_slice(&len.to_be_bytes()[1..]);
@@ -23,7 +23,7 @@ pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8>
 }
 
 /// A SETTINGS frame that sets each `(id, value)`.
-pub(crate) fn settings(values: &[(u16, u32)]) -> Vec<u8> {
+pub fn settings(values: &[(u16, u32)]) -> Vec<u8> {
     let mut payload = Vec::new();
     for (id, value) in values {
         payload.extend_from_slice(&id.to_be_bytes());
@@ -34,7 +34,7 @@ pub(crate) fn settings(values: &[(u16, u32)]) -> Vec<u8> {
 
 /// The HPACK block of a POST to `path` on localhost with `headers`, every field a
 /// literal (no table state to keep in step with the server).
-pub(crate) fn post_block(path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+pub fn post_block(path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
     let mut block = vec![0x83, 0x87]; // :method POST, :scheme https (static table)
     literal(&mut block, ":path", path);
     literal(&mut block, ":authority", "localhost");
@@ -46,10 +46,7 @@ pub(crate) fn post_block(path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
 
 /// Reads frames until the peer closes the connection or `limit` passes; counts what
 /// came, by type.
-pub(crate) async fn read_frames(
-    io: &mut (impl AsyncRead + Unpin),
-    limit: std::time::Duration,
-) -> Seen {
+pub async fn read_frames(io: &mut (impl AsyncRead + Unpin), limit: std::time::Duration) -> Seen {
     let mut seen = Seen::default();
     let read = async {
         let mut header = [0u8; 9];
@@ -87,7 +84,7 @@ pub(crate) async fn read_frames(
 
 /// What a peer sent back, by frame type.
 #[derive(Debug, Default)]
-pub(crate) struct Seen {
+pub struct Seen {
     pub headers: usize,
     pub resets: usize,
     pub settings_acks: usize,
@@ -123,14 +120,14 @@ fn integer(block: &mut Vec<u8>, mut n: usize) {
     block.push(n as u8);
 }
 
-pub(crate) const DATA: u8 = 0x0;
-pub(crate) const HEADERS: u8 = 0x1;
-pub(crate) const RST_STREAM: u8 = 0x3;
-pub(crate) const SETTINGS: u8 = 0x4;
-pub(crate) const PING: u8 = 0x6;
-pub(crate) const GOAWAY: u8 = 0x7;
-pub(crate) const CONTINUATION: u8 = 0x9;
-pub(crate) const END_STREAM: u8 = 0x1;
-pub(crate) const ACK: u8 = 0x1;
-pub(crate) const END_HEADERS: u8 = 0x4;
-pub(crate) const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+pub const DATA: u8 = 0x0;
+pub const HEADERS: u8 = 0x1;
+pub const RST_STREAM: u8 = 0x3;
+pub const SETTINGS: u8 = 0x4;
+pub const PING: u8 = 0x6;
+pub const GOAWAY: u8 = 0x7;
+pub const CONTINUATION: u8 = 0x9;
+pub const END_STREAM: u8 = 0x1;
+pub const ACK: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;

@@ -2,26 +2,25 @@
 //! options and extension headers), TCP, UDP, ICMP. The IPv4 header checksum is right
 //! (the kernel drops a bad one before iptables sees the packet); L4 checksums are left
 //! zero: neither XDP nor the raw table checks them.
-#![allow(dead_code)]
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-pub(crate) const FIN: u8 = 0x01;
-pub(crate) const SYN: u8 = 0x02;
-pub(crate) const RST: u8 = 0x04;
-pub(crate) const PSH: u8 = 0x08;
-pub(crate) const ACK: u8 = 0x10;
-pub(crate) const URG: u8 = 0x20;
+pub const FIN: u8 = 0x01;
+pub const SYN: u8 = 0x02;
+pub const RST: u8 = 0x04;
+pub const PSH: u8 = 0x08;
+pub const ACK: u8 = 0x10;
+pub const URG: u8 = 0x20;
 
 #[derive(Clone)]
-pub(crate) struct Packet {
+pub struct Packet {
     pub vlans: Vec<u16>,
     pub ethertype: u16,
     pub l3: Vec<u8>,
 }
 
 impl Packet {
-    pub(crate) fn bytes(&self) -> Vec<u8> {
+    pub fn bytes(&self) -> Vec<u8> {
         let mut wire = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
         // Each tag: the TPID where the ethertype would be, then the TCI; the real
         // ethertype follows the last tag.
@@ -34,13 +33,13 @@ impl Packet {
         wire
     }
 
-    pub(crate) fn vlan(mut self, vid: u16) -> Packet {
+    pub fn vlan(mut self, vid: u16) -> Packet {
         self.vlans.push(vid);
         self
     }
 }
 
-pub(crate) fn arp() -> Packet {
+pub fn arp() -> Packet {
     Packet {
         vlans: vec![],
         ethertype: 0x0806,
@@ -48,12 +47,12 @@ pub(crate) fn arp() -> Packet {
     }
 }
 
-pub(crate) fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, l4: &[u8]) -> Packet {
+pub fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, l4: &[u8]) -> Packet {
     ipv4_with(src, dst, protocol, l4, &[], 0)
 }
 
 /// IPv4 with `options` (a multiple of 4 bytes) and the flags/fragment-offset field.
-pub(crate) fn ipv4_with(
+pub fn ipv4_with(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     protocol: u8,
@@ -93,7 +92,7 @@ fn ipv4_checksum(header: &[u8]) -> u16 {
 }
 
 /// IPv6 with extension headers `(type, body)`; bodies are padded to 8-byte units.
-pub(crate) fn ipv6(
+pub fn ipv6(
     src: Ipv6Addr,
     dst: Ipv6Addr,
     extensions: &[(u8, usize)],
@@ -131,7 +130,7 @@ pub(crate) fn ipv6(
     }
 }
 
-pub(crate) fn tcp(dst_port: u16, flags: u8) -> Vec<u8> {
+pub fn tcp(dst_port: u16, flags: u8) -> Vec<u8> {
     let mut h = vec![0u8; 20];
     h[0..2].copy_from_slice(&40000u16.to_be_bytes());
     h[2..4].copy_from_slice(&dst_port.to_be_bytes());
@@ -140,7 +139,7 @@ pub(crate) fn tcp(dst_port: u16, flags: u8) -> Vec<u8> {
     h
 }
 
-pub(crate) fn udp(dst_port: u16) -> Vec<u8> {
+pub fn udp(dst_port: u16) -> Vec<u8> {
     let mut h = vec![0u8; 8 + 16];
     h[0..2].copy_from_slice(&40000u16.to_be_bytes());
     h[2..4].copy_from_slice(&dst_port.to_be_bytes());
@@ -148,13 +147,13 @@ pub(crate) fn udp(dst_port: u16) -> Vec<u8> {
     h
 }
 
-pub(crate) fn icmp_echo() -> Vec<u8> {
+pub fn icmp_echo() -> Vec<u8> {
     let mut h = vec![0u8; 16];
     h[0] = 8;
     h
 }
 
-pub(crate) fn icmpv6_echo() -> Vec<u8> {
+pub fn icmpv6_echo() -> Vec<u8> {
     let mut h = vec![0u8; 16];
     h[0] = 128;
     h

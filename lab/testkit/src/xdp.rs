@@ -1,12 +1,11 @@
 //! A sender namespace and a victim namespace (the PoP) joined by a veth pair, for the
 //! XDP tests and benchmarks. Created here, removed on drop; processes stopped by PID.
-#![allow(dead_code)]
 
 use std::process::Command;
 
 use ::lab::netns;
 
-pub(crate) struct Lab {
+pub struct Lab {
     pub sender: String,
     pub victim: String,
     pub veth: String,
@@ -16,7 +15,7 @@ pub(crate) struct Lab {
 }
 
 impl Lab {
-    pub(crate) fn new(tag: &str) -> Lab {
+    pub fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
         let (sender, victim) = (format!("xs-{tag}-{id}"), format!("xv-{tag}-{id}"));
         let (veth, peer) = (format!("v{tag}{id}"), format!("s{tag}{id}"));
@@ -43,19 +42,19 @@ impl Lab {
         }
     }
 
-    pub(crate) fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
+    pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
         let log = self.dir.path().join(log);
         self.net.spawn(ns, args, &log)
     }
 
     /// Starts `edge-xdp run` in the victim namespace with `config` and waits until its
     /// metrics answer; returns its PID.
-    pub(crate) fn start_loader(&mut self, config: &std::path::Path) -> u32 {
+    pub fn start_loader(&mut self, config: &std::path::Path) -> u32 {
         let victim = self.victim.clone();
         let loader = self.spawn(
             &victim,
             &[
-                env!("CARGO_BIN_EXE_edge-xdp"),
+                crate::built_binary("edge-xdp"),
                 "run",
                 "--config",
                 config.to_str().unwrap(),
@@ -74,11 +73,11 @@ impl Lab {
         loader
     }
 
-    pub(crate) fn exec(&self, ns: &str, args: &[&str]) -> String {
+    pub fn exec(&self, ns: &str, args: &[&str]) -> String {
         netns::output(ns, args)
     }
 
-    pub(crate) fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
+    pub fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
         let path = self.dir.path().join("xdp.yaml");
         std::fs::write(
             &path,
@@ -92,7 +91,7 @@ impl Lab {
         path
     }
 
-    pub(crate) fn counters(&self) -> std::collections::HashMap<String, u64> {
+    pub fn counters(&self) -> std::collections::HashMap<String, u64> {
         let text = self.exec(&self.victim, &["curl", "-s", "127.0.0.1:19182/metrics"]);
         text.lines()
             .filter(|l| l.starts_with("xdp_packets_total"))
@@ -103,7 +102,7 @@ impl Lab {
             .collect()
     }
 
-    pub(crate) fn legit_requests(&self, n: usize) -> usize {
+    pub fn legit_requests(&self, n: usize) -> usize {
         (0..n)
             .filter(|_| {
                 self.exec(
@@ -124,7 +123,7 @@ impl Lab {
             .count()
     }
 
-    pub(crate) fn scapy(&self, script: &str) {
+    pub fn scapy(&self, script: &str) {
         let path = self.dir.path().join("junk.py");
         std::fs::write(
             &path,
@@ -143,7 +142,7 @@ impl Lab {
         );
     }
 
-    pub(crate) fn xdp_prog_id(&self) -> String {
+    pub fn xdp_prog_id(&self) -> String {
         let out = self.exec(&self.victim, &["ip", "-d", "link", "show", &self.veth]);
         out.split("prog/xdp id ")
             .nth(1)

@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use super::free_port;
 
-pub(crate) struct Nats {
+pub struct Nats {
     child: Option<Child>,
     port: u16,
     store: tempfile::TempDir,
 }
 
 impl Nats {
-    pub(crate) fn start() -> Nats {
+    pub fn start() -> Nats {
         let mut nats = Nats {
             child: None,
             port: free_port(),
@@ -23,7 +23,7 @@ impl Nats {
         nats
     }
 
-    pub(crate) fn spawn(&mut self) {
+    pub fn spawn(&mut self) {
         let child = Command::new("nats-server")
             .args([
                 "-js",
@@ -46,7 +46,7 @@ impl Nats {
         }
     }
 
-    pub(crate) fn stop(&mut self) {
+    pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(child.id() as i32),
@@ -57,11 +57,11 @@ impl Nats {
         }
     }
 
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    pub(crate) async fn jetstream(&self) -> async_nats::jetstream::Context {
+    pub async fn jetstream(&self) -> async_nats::jetstream::Context {
         async_nats::jetstream::new(async_nats::connect(self.url()).await.unwrap())
     }
 }

@@ -1,10 +1,9 @@
 //! Test harness: runs the real `edge` binary on loopback with a generated certificate,
 //! and signs webhooks the way providers do.
-#![allow(dead_code)]
 
-pub(crate) mod attack;
-pub(crate) mod h2_raw;
-pub(crate) mod nats;
+pub mod attack;
+pub mod h2_raw;
+pub mod nats;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -18,10 +17,10 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use sha2::Sha256;
 
-pub(crate) const GITHUB_SECRET: &str = "gh-secret";
-pub(crate) const GITHUB_OLD_SECRET: &str = "gh-old-secret";
+pub const GITHUB_SECRET: &str = "gh-secret";
+pub const GITHUB_OLD_SECRET: &str = "gh-old-secret";
 
-pub(crate) struct Edge {
+pub struct Edge {
     pub child: Option<Child>,
     pub dir: tempfile::TempDir,
     pub port: u16,
@@ -36,7 +35,7 @@ pub(crate) struct Edge {
 }
 
 /// A free loopback port (the listener is closed before the edge binds it).
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -44,17 +43,17 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
-pub(crate) fn edge_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_edge")
+pub fn edge_bin() -> &'static str {
+    crate::built_binary("edge")
 }
 
 /// Writes a self-signed certificate for localhost/127.0.0.1 into `dir`.
-pub(crate) fn write_cert(dir: &Path) -> (PathBuf, PathBuf) {
+pub fn write_cert(dir: &Path) -> (PathBuf, PathBuf) {
     write_cert_with(dir, localhost_cert())
 }
 
 /// Like [`write_cert`], valid until midnight UTC of the date.
-pub(crate) fn write_cert_expiring(dir: &Path, year: i32, month: u8, day: u8) -> (PathBuf, PathBuf) {
+pub fn write_cert_expiring(dir: &Path, year: i32, month: u8, day: u8) -> (PathBuf, PathBuf) {
     let mut params = localhost_cert();
     params.not_after = rcgen::date_time_ymd(year, month, day);
     write_cert_with(dir, params)
@@ -76,7 +75,7 @@ fn write_cert_with(dir: &Path, params: rcgen::CertificateParams) -> (PathBuf, Pa
 
 /// The standard test config; `extra_routes` is appended to the routes list and
 /// `spool_extra` to the spool block.
-pub(crate) fn config(
+pub fn config(
     dir: &Path,
     port: u16,
     admin_port: u16,
@@ -113,14 +112,14 @@ routes:
 }
 
 impl Edge {
-    pub(crate) fn start(spool_extra: &str, extra_routes: &str) -> Edge {
+    pub fn start(spool_extra: &str, extra_routes: &str) -> Edge {
         let mut edge = Edge::create(spool_extra, extra_routes);
         edge.spawn();
         edge
     }
 
     /// An edge with its config written, not started: [`Edge::spawn`] starts it.
-    pub(crate) fn create(spool_extra: &str, extra_routes: &str) -> Edge {
+    pub fn create(spool_extra: &str, extra_routes: &str) -> Edge {
         let dir = tempfile::tempdir().unwrap();
         let (port, admin_port) = (free_port(), free_port());
         let config_path = dir.path().join("edge.yaml");
@@ -145,7 +144,7 @@ impl Edge {
     }
 
     /// Puts this edge's spool (before it starts) in `dir`.
-    pub(crate) fn move_spool(&mut self, dir: &Path) {
+    pub fn move_spool(&mut self, dir: &Path) {
         let from = format!("dir: {}", self.spool.display());
         self.edit_config(|text| text.replace(&from, &format!("dir: {}", dir.display())));
         self.spool = dir.to_owned();
@@ -153,12 +152,12 @@ impl Edge {
 
     /// Restarts this edge with `section` (top-level YAML, e.g. a backhaul block) appended to
     /// its config.
-    pub(crate) fn with_section(self, section: &str) -> Edge {
+    pub fn with_section(self, section: &str) -> Edge {
         self.reconfigure(|text| format!("{text}{section}"))
     }
 
     /// Restarts this edge with its config text passed through `edit`.
-    pub(crate) fn reconfigure(mut self, edit: impl FnOnce(String) -> String) -> Edge {
+    pub fn reconfigure(mut self, edit: impl FnOnce(String) -> String) -> Edge {
         self.kill9();
         self.edit_config(edit);
         self.spawn();
@@ -166,25 +165,25 @@ impl Edge {
     }
 
     /// Rewrites this edge's config file (takes effect at the next start or reload).
-    pub(crate) fn edit_config(&self, edit: impl FnOnce(String) -> String) {
+    pub fn edit_config(&self, edit: impl FnOnce(String) -> String) {
         let text = std::fs::read_to_string(&self.config).unwrap();
         std::fs::write(&self.config, edit(text)).unwrap();
     }
 
     /// Restarts this edge with its open-files limit (soft and hard) set to `limit`.
-    pub(crate) fn set_fd_limit(&mut self, limit: u64) {
+    pub fn set_fd_limit(&mut self, limit: u64) {
         self.kill9();
         self.fd_limit = Some(limit);
         self.spawn();
     }
 
     /// Starts the binary (again) on the same config and spool, and waits for /readyz.
-    pub(crate) fn spawn(&mut self) {
+    pub fn spawn(&mut self) {
         self.spawn_then(|_| {});
     }
 
     /// As [`Edge::spawn`], calling `early` with the new process's PID before waiting.
-    pub(crate) fn spawn_then(&mut self, early: impl FnOnce(i32)) {
+    pub fn spawn_then(&mut self, early: impl FnOnce(i32)) {
         let runs = std::fs::read_dir(self.dir.path()).unwrap().filter(|e| {
             e.as_ref()
                 .unwrap()
@@ -254,28 +253,28 @@ impl Edge {
         (self.port, self.admin_port) = (port, admin_port);
     }
 
-    pub(crate) fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("https://localhost:{}{path}", self.port)
     }
 
-    pub(crate) fn spool_dir(&self) -> PathBuf {
+    pub fn spool_dir(&self) -> PathBuf {
         self.spool.clone()
     }
 
-    pub(crate) fn cert_pem(&self) -> Vec<u8> {
+    pub fn cert_pem(&self) -> Vec<u8> {
         std::fs::read(self.dir.path().join("cert.pem")).unwrap()
     }
 
-    pub(crate) fn log_text(&self) -> String {
+    pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Status of GET /readyz, or None when the admin port does not answer.
-    pub(crate) fn readyz(&self) -> Option<u16> {
+    pub fn readyz(&self) -> Option<u16> {
         admin_get(self.admin_port, "/readyz").map(|(status, _)| status)
     }
 
-    pub(crate) fn metrics(&self) -> String {
+    pub fn metrics(&self) -> String {
         admin_get(self.admin_port, "/metrics")
             .map(|(_, body)| body)
             .unwrap_or_default()
@@ -283,7 +282,7 @@ impl Edge {
 
     /// The sum of every sample whose line starts with `prefix` (a name, optionally with
     /// the start of its labels); 0 when there is none.
-    pub(crate) fn metric(&self, prefix: &str) -> f64 {
+    pub fn metric(&self, prefix: &str) -> f64 {
         self.metrics()
             .lines()
             .filter(|l| l.starts_with(prefix))
@@ -292,14 +291,14 @@ impl Edge {
             .fold(0.0, |total, value| total + value)
     }
 
-    pub(crate) fn kill9(&mut self) {
+    pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
             child.wait().unwrap();
         }
     }
 
-    pub(crate) fn pid(&self) -> i32 {
+    pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
     }
 }
@@ -342,7 +341,7 @@ impl Edge {
 }
 
 /// Every route secret in a config's text (those long enough not to occur by chance).
-pub(crate) fn config_secrets(config: &str) -> Vec<String> {
+pub fn config_secrets(config: &str) -> Vec<String> {
     let yaml: serde_yaml::Value = serde_yaml::from_str(config).unwrap_or_default();
     let routes = yaml.get("routes").and_then(|r| r.as_sequence());
     routes
@@ -357,7 +356,7 @@ pub(crate) fn config_secrets(config: &str) -> Vec<String> {
 }
 
 /// A minimal HTTP/1.0 GET against the admin listener.
-pub(crate) fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
+pub fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -372,7 +371,7 @@ pub(crate) fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-pub(crate) fn client(edge: &Edge, http2: bool) -> reqwest::Client {
+pub fn client(edge: &Edge, http2: bool) -> reqwest::Client {
     let cert = reqwest::Certificate::from_pem(&edge.cert_pem()).unwrap();
     let builder = reqwest::Client::builder()
         .add_root_certificate(cert)
@@ -386,7 +385,7 @@ pub(crate) fn client(edge: &Edge, http2: bool) -> reqwest::Client {
     builder.build().unwrap()
 }
 
-pub(crate) fn hmac_sha256(secret: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+pub fn hmac_sha256(secret: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
     for part in parts {
         mac.update(part);
@@ -394,7 +393,7 @@ pub(crate) fn hmac_sha256(secret: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
-pub(crate) fn github_signature(secret: &str, body: &[u8]) -> String {
+pub fn github_signature(secret: &str, body: &[u8]) -> String {
     format!(
         "sha256={}",
         hex::encode(hmac_sha256(secret.as_bytes(), &[body]))
@@ -402,7 +401,7 @@ pub(crate) fn github_signature(secret: &str, body: &[u8]) -> String {
 }
 
 /// A signed GitHub delivery.
-pub(crate) fn github_post(
+pub fn github_post(
     client: &reqwest::Client,
     edge: &Edge,
     delivery: &str,
@@ -412,7 +411,7 @@ pub(crate) fn github_post(
 }
 
 /// `request` as a GitHub delivery of `body`, signed with the test secret.
-pub(crate) fn signed_github(
+pub fn signed_github(
     request: reqwest::RequestBuilder,
     delivery: &str,
     body: &[u8],
@@ -423,19 +422,19 @@ pub(crate) fn signed_github(
 /// A GitHub body signed once. The signature does not cover the delivery id, so requests
 /// sharing it cost their sender neither an HMAC nor a copy of the body: a benchmark's
 /// client stays cheaper than the edge it loads.
-pub(crate) struct SignedBody {
+pub struct SignedBody {
     body: bytes::Bytes,
     signature: String,
 }
 
 impl SignedBody {
-    pub(crate) fn github(body: impl Into<bytes::Bytes>) -> Self {
+    pub fn github(body: impl Into<bytes::Bytes>) -> Self {
         let body = body.into();
         let signature = github_signature(GITHUB_SECRET, &body);
         Self { body, signature }
     }
 
-    pub(crate) fn request(
+    pub fn request(
         &self,
         request: reqwest::RequestBuilder,
         delivery: &str,
@@ -449,7 +448,7 @@ impl SignedBody {
     }
 }
 
-pub(crate) fn unix_now() -> u64 {
+pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -457,7 +456,7 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 /// `openssl s_client` speaking TLS 1.3 to the edge on `port`, stdin and stdout piped.
-pub(crate) fn s_client_command(port: u16) -> Command {
+pub fn s_client_command(port: u16) -> Command {
     let mut command = Command::new("openssl");
     command
         .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
@@ -469,12 +468,12 @@ pub(crate) fn s_client_command(port: u16) -> Command {
 }
 
 /// A TLS connection to the edge that negotiated h2.
-pub(crate) async fn h2_tls(edge: &Edge) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+pub async fn h2_tls(edge: &Edge) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     tls_with_alpn(edge, b"h2").await
 }
 
 /// A TLS connection to the edge offering the one application protocol `alpn`.
-pub(crate) async fn tls_with_alpn(
+pub async fn tls_with_alpn(
     edge: &Edge,
     alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
@@ -482,7 +481,7 @@ pub(crate) async fn tls_with_alpn(
 }
 
 /// [`tls_with_alpn`], for a test in which the edge may refuse the connection.
-pub(crate) async fn try_tls_with_alpn(
+pub async fn try_tls_with_alpn(
     edge: &Edge,
     alpn: &[u8],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
@@ -506,12 +505,12 @@ pub(crate) async fn try_tls_with_alpn(
 
 /// A tmpfs of `size` (e.g. "6m") mounted at `path` for the test's lifetime: a small
 /// filesystem to fill. Needs root.
-pub(crate) struct Tmpfs {
+pub struct Tmpfs {
     path: PathBuf,
 }
 
 impl Tmpfs {
-    pub(crate) fn mount(path: &Path, size: &str) -> Tmpfs {
+    pub fn mount(path: &Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(path).unwrap();
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
