@@ -17,7 +17,7 @@ use crate::config::GuardSettings;
 
 /// What one peer's agent said about its route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerRoute {
+pub(crate) enum PeerRoute {
     /// `route: announced` (degraded included: it still carries traffic).
     Announced,
     /// Withdrawn, or on its way out (`graceful_shutdown`).
@@ -28,7 +28,7 @@ pub enum PeerRoute {
 
 /// The guard's word on one health withdraw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Enough peers may carry the traffic: withdraw.
     Allow,
     /// Too few peers announce: stay announced.
@@ -39,14 +39,14 @@ pub enum Verdict {
 
 /// How many peers answered what.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Tally {
+pub(crate) struct Tally {
     pub announcing: usize,
     pub not_announcing: usize,
     pub unknown: usize,
 }
 
 impl Tally {
-    pub fn of(answers: &[PeerRoute]) -> Self {
+    pub(crate) fn of(answers: &[PeerRoute]) -> Self {
         let count = |route| answers.iter().filter(|a| **a == route).count();
         Self {
             announcing: count(PeerRoute::Announced),
@@ -58,13 +58,13 @@ impl Tally {
 
 /// The guard's memory: since when it has been vetoing.
 #[derive(Clone, Debug, Default)]
-pub struct Guard {
+pub(crate) struct Guard {
     vetoing_since: Option<Duration>,
 }
 
 impl Guard {
     /// Decides a health withdraw at `now` (any monotonic origin).
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         now: Duration,
         tally: Tally,
@@ -85,18 +85,18 @@ impl Guard {
 
     /// No withdraw is pending any more (health came back, or a drain took over): the
     /// next veto starts its bound afresh.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.vetoing_since = None;
     }
 
     /// Whether a veto holds the route now.
-    pub fn vetoing(&self) -> bool {
+    pub(crate) fn vetoing(&self) -> bool {
         self.vetoing_since.is_some()
     }
 }
 
 /// Asks every peer at once, each bounded by the guard's timeout.
-pub async fn ask_peers(guard: &GuardSettings) -> Vec<PeerRoute> {
+pub(crate) async fn ask_peers(guard: &GuardSettings) -> Vec<PeerRoute> {
     futures::future::join_all(guard.peers.iter().map(|url| peer_route(url, guard.timeout))).await
 }
 

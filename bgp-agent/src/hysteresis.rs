@@ -24,35 +24,46 @@ use std::time::Duration;
 
 /// A point in time, as a duration since any fixed origin (the agent uses a monotonic
 /// clock; tests use a fake one).
-pub type Time = Duration;
+pub(crate) type Time = Duration;
 
+/// When the route may change: what the hysteresis decides with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Policy {
+    /// Passing rounds in a row before a withdrawn route returns.
     pub rise: u32,
+    /// Failing rounds in a row before an announced route is withdrawn.
     pub fall: u32,
+    /// Unbroken health needed after a withdraw before the route returns.
     pub hold_down: Duration,
+    /// Flap dampening; `None`: off.
     pub dampening: Option<Dampening>,
 }
 
+/// RFC 2439-style flap dampening: a penalty per withdraw that decays over time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Dampening {
+    /// Added at each withdraw.
     pub penalty: f64,
+    /// The penalty halves every this long.
     pub half_life: Duration,
+    /// Above this the route stays withdrawn.
     pub suppress: f64,
+    /// Below this a suppressed route may return.
     pub reuse: f64,
+    /// The longest a route stays suppressed.
     pub max_suppress: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Route {
+pub(crate) enum Route {
     Announced,
     Withdrawn,
 }
 
 /// What the speaker must do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     Announce,
     Withdraw,
 }
@@ -60,7 +71,7 @@ pub enum Change {
 /// Why the machine holds its current state (for `status` and logs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Why {
+pub(crate) enum Why {
     Starting,
     Healthy,
     Rising,
@@ -72,7 +83,7 @@ pub enum Why {
 }
 
 #[derive(Clone, Debug)]
-pub struct Machine {
+pub(crate) struct Machine {
     policy: Policy,
     route: Route,
     why: Why,
@@ -89,7 +100,7 @@ pub struct Machine {
 }
 
 impl Machine {
-    pub fn new(policy: Policy) -> Self {
+    pub(crate) fn new(policy: Policy) -> Self {
         Self {
             policy,
             route: Route::Withdrawn,
@@ -107,7 +118,7 @@ impl Machine {
     }
 
     /// Feeds one round of local checks (`healthy` = every local check passed).
-    pub fn observe(&mut self, now: Time, healthy: bool) -> Option<Change> {
+    pub(crate) fn observe(&mut self, now: Time, healthy: bool) -> Option<Change> {
         if healthy {
             self.ok_streak = self.ok_streak.saturating_add(1);
             self.fail_streak = 0;
@@ -121,49 +132,49 @@ impl Machine {
     }
 
     /// Drain (withdraw and hold) or undrain.
-    pub fn set_drained(&mut self, now: Time, drained: bool) -> Option<Change> {
+    pub(crate) fn set_drained(&mut self, now: Time, drained: bool) -> Option<Change> {
         self.drained = drained;
         self.decide(now)
     }
 
     /// A reloaded policy: streaks, penalty, hold-down and route carry over, so a reload
     /// never moves the route by itself; the next round decides under the new rules.
-    pub fn set_policy(&mut self, policy: Policy) {
+    pub(crate) fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
     }
 
     /// A withdraw the caller could not carry out (the peer guard vetoed it): the route
     /// stays announced and the next unhealthy round asks again.
-    pub fn withdraw_vetoed(&mut self) {
+    pub(crate) fn withdraw_vetoed(&mut self) {
         self.route = Route::Announced;
         self.transitions -= 1;
         self.penalty -= self.policy.dampening.as_ref().map_or(0.0, |d| d.penalty);
         self.withdrawn_at = None;
     }
 
-    pub fn route(&self) -> Route {
+    pub(crate) fn route(&self) -> Route {
         self.route
     }
 
-    pub fn why(&self) -> Why {
+    pub(crate) fn why(&self) -> Why {
         self.why
     }
 
-    pub fn transitions(&self) -> u64 {
+    pub(crate) fn transitions(&self) -> u64 {
         self.transitions
     }
 
-    pub fn policy(&self) -> &Policy {
+    pub(crate) fn policy(&self) -> &Policy {
         &self.policy
     }
 
     /// The last `fall` rounds all failed.
-    pub fn failing(&self) -> bool {
+    pub(crate) fn failing(&self) -> bool {
         self.fail_streak >= self.policy.fall
     }
 
     /// True when the next round decides a pending change (the agent re-checks faster).
-    pub fn change_pending(&self) -> bool {
+    pub(crate) fn change_pending(&self) -> bool {
         match self.route {
             Route::Announced => self.fail_streak > 0,
             Route::Withdrawn => self.ok_streak > 0 && !self.drained,
@@ -171,7 +182,7 @@ impl Machine {
     }
 
     /// The decayed dampening penalty at `now`.
-    pub fn penalty(&self, now: Time) -> f64 {
+    pub(crate) fn penalty(&self, now: Time) -> f64 {
         match &self.policy.dampening {
             Some(d) => decay(
                 self.penalty,
@@ -182,7 +193,7 @@ impl Machine {
         }
     }
 
-    pub fn suppressed(&self) -> bool {
+    pub(crate) fn suppressed(&self) -> bool {
         self.suppressed_since.is_some()
     }
 
@@ -276,7 +287,7 @@ impl Machine {
 /// Whether the degrade checks make the PoP less preferred, with the machine's `fall`
 /// and `hold_down` as its hysteresis.
 #[derive(Clone, Debug, Default)]
-pub struct Degradation {
+pub(crate) struct Degradation {
     degraded: bool,
     fail_streak: u32,
     passing_since: Option<Time>,
@@ -284,7 +295,7 @@ pub struct Degradation {
 
 impl Degradation {
     /// Feeds one round of degrade checks; returns the new state when it changed.
-    pub fn observe(&mut self, now: Time, ok: bool, policy: &Policy) -> Option<bool> {
+    pub(crate) fn observe(&mut self, now: Time, ok: bool, policy: &Policy) -> Option<bool> {
         if ok {
             self.fail_streak = 0;
             self.passing_since.get_or_insert(now);
@@ -306,7 +317,7 @@ impl Degradation {
 
     /// Takes the round's word at once, without hysteresis (nothing is announced whose
     /// attributes could churn); returns the new state when it changed.
-    pub fn follow(&mut self, now: Time, ok: bool) -> Option<bool> {
+    pub(crate) fn follow(&mut self, now: Time, ok: bool) -> Option<bool> {
         let was = self.degraded;
         *self = Degradation {
             degraded: !ok,
@@ -316,12 +327,12 @@ impl Degradation {
         (was != self.degraded).then_some(self.degraded)
     }
 
-    pub fn degraded(&self) -> bool {
+    pub(crate) fn degraded(&self) -> bool {
         self.degraded
     }
 
     /// True when the next rounds may change the state (the agent re-checks faster).
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         if self.degraded {
             self.passing_since.is_some()
         } else {

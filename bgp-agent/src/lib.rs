@@ -2,11 +2,17 @@
 //! store webhooks, withdraws it when it cannot, with hysteresis so a flapping check cannot
 //! flap the route. `hysteresis` decides (pure), `checks/` observe, `speaker/` announces or
 //! withdraws (ExaBGP or BIRD), `guard` refuses a withdraw that would empty the fleet.
+#![warn(missing_docs)]
 
-pub mod agent;
-pub mod checks;
+mod agent;
+mod checks;
 pub mod config;
-pub mod guard;
-pub mod hysteresis;
-pub mod metrics;
-pub mod speaker;
+mod guard;
+mod hysteresis;
+mod metrics;
+mod speaker;
+
+pub use agent::run;
+pub use checks::fetch;
+pub use hysteresis::{Dampening, Policy};
+pub use speaker::{Advert, bird::render as bird_include, withdraw_out_of_band};

@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { config: path } => {
                 let config = load(&path)?;
-                runtime.block_on(bgp_agent::agent::run(path, config))?;
+                runtime.block_on(bgp_agent::run(path, config))?;
             }
             Command::CheckConfig { config } => {
                 let c = load(&config)?;
@@ -71,7 +71,7 @@ fn main() -> ExitCode {
             Command::Status { config } => {
                 let url = format!("http://{}/status", load(&config)?.admin_listen);
                 let body = runtime
-                    .block_on(bgp_agent::checks::fetch(&url))
+                    .block_on(bgp_agent::fetch(&url))
                     .map_err(anyhow::Error::msg)?;
                 println!("{body}");
             }
@@ -79,7 +79,7 @@ fn main() -> ExitCode {
             Command::Undrain { config } => runtime.block_on(set_drain(&load(&config)?, false))?,
             Command::Withdraw { config } => {
                 let c = load(&config)?;
-                runtime.block_on(bgp_agent::speaker::withdraw_out_of_band(&c))?;
+                runtime.block_on(bgp_agent::withdraw_out_of_band(&c))?;
                 println!("withdrawn: {} prefixes", c.prefixes.len());
             }
         }
@@ -108,7 +108,7 @@ async fn set_drain(config: &bgp_agent::config::Settings, drain: bool) -> anyhow:
     let url = format!("http://{}/status", config.admin_listen);
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if let Ok(body) = bgp_agent::checks::fetch(&url).await
+        if let Ok(body) = bgp_agent::fetch(&url).await
             && let Ok(status) = serde_json::from_str::<serde_json::Value>(&body)
             && status["drained"] == true
             && status["route"] == "withdrawn"

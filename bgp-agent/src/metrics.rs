@@ -10,43 +10,43 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PrefixLabel {
+pub(crate) struct PrefixLabel {
     pub prefix: String,
 }
 
 /// A BGP neighbor's address.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PeerLabel {
+pub(crate) struct PeerLabel {
     pub peer: String,
 }
 
 /// 1 while the speaker's session with `peer` is established.
-pub type Sessions = Family<PeerLabel, Gauge>;
+pub(crate) type Sessions = Family<PeerLabel, Gauge>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CheckLabel {
+pub(crate) struct CheckLabel {
     pub check: String,
     pub class: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CheckResultLabel {
+pub(crate) struct CheckResultLabel {
     pub check: String,
     pub class: &'static str,
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ChangeLabel {
+pub(crate) struct ChangeLabel {
     pub change: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SpeakerLabel {
+pub(crate) struct SpeakerLabel {
     pub speaker: &'static str,
 }
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     pub announced: Family<PrefixLabel, Gauge>,
     pub sessions: Sessions,
@@ -69,7 +69,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(pop: &str) -> Self {
+    pub(crate) fn new(pop: &str) -> Self {
         let mut registry = Registry::with_prefix_and_labels(
             "bgp_agent",
             [("pop".into(), pop.to_owned().into())].into_iter(),
@@ -185,7 +185,7 @@ impl Metrics {
         }
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         edge_kit::metrics::encode(&self.registry)
     }
 }

@@ -425,10 +425,10 @@ fn check_rounds_per_second(lab: &Lab) -> f64 {
 
 /// The agent's BIRD include with nothing announced: what BIRD starts with.
 fn withdrawn_include() -> String {
-    bgp_agent::speaker::bird::render(
+    bgp_agent::bird_include(
         "ANYCAST_V4",
         "ANYCAST_V6",
         &[],
-        bgp_agent::speaker::Advert::Withdrawn,
+        bgp_agent::Advert::Withdrawn,
     )
 }

@@ -31,7 +31,7 @@ use watchdog::Watchdog;
 
 /// What `bgp-agent status` and the peer guard read.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     pub pop: String,
     /// What BGP carries: `announced`, `graceful_shutdown` (on the way out) or
     /// `withdrawn`. The peer guard counts only `announced`.
@@ -51,6 +51,8 @@ pub struct Status {
     pub checks: Vec<Outcome>,
 }
 
+/// Runs the agent with `config` (read from `path`, re-read on SIGHUP) until SIGTERM or
+/// SIGINT: checks each round, announces or withdraws, serves `/status` and `/metrics`.
 pub async fn run(path: PathBuf, config: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&config.pop));
     let speaker = Speaker::new(

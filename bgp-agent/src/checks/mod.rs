@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::config::{CheckClass, CheckKind, CheckSettings};
 
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub name: String,
     pub class: CheckClass,
     pub ok: bool,
@@ -21,7 +21,7 @@ pub struct Outcome {
 /// A round is healthy when every local check passed. Shared checks (a dependency every
 /// PoP has, such as the origin) are reported but never make a PoP withdraw: if they did,
 /// an origin outage would take every PoP off the internet at once.
-pub fn local_health(outcomes: &[Outcome]) -> bool {
+pub(crate) fn local_health(outcomes: &[Outcome]) -> bool {
     outcomes
         .iter()
         .filter(|o| o.class == CheckClass::Local)
@@ -29,7 +29,7 @@ pub fn local_health(outcomes: &[Outcome]) -> bool {
 }
 
 /// Whether every degrade check passed: a failure makes the PoP less preferred.
-pub fn degrade_health(outcomes: &[Outcome]) -> bool {
+pub(crate) fn degrade_health(outcomes: &[Outcome]) -> bool {
     outcomes
         .iter()
         .filter(|o| o.class == CheckClass::Degrade)
@@ -44,7 +44,7 @@ pub async fn fetch(url: &str) -> Result<String, String> {
     }
 }
 
-pub async fn run(check: &CheckSettings) -> Outcome {
+pub(crate) async fn run(check: &CheckSettings) -> Outcome {
     let started = Instant::now();
     let result = tokio::time::timeout(check.timeout, probe(&check.kind)).await;
     let (ok, detail) = match result {

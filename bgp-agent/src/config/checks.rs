@@ -9,36 +9,60 @@ use serde::Deserialize;
 /// One health check, validated.
 #[derive(Clone, Debug)]
 pub struct CheckSettings {
+    /// The check's name in logs, metrics and `/status`.
     pub name: String,
+    /// What it does.
     pub kind: CheckKind,
+    /// A check that has not answered within this failed.
     pub timeout: Duration,
     /// How often this check runs; the agent's `interval` when unset. Every check runs at
     /// `fast_interval` while a change is pending.
     pub interval: Option<Duration>,
+    /// What a failure means.
     pub class: CheckClass,
 }
 
+/// What a check does.
 #[derive(Clone, Debug)]
 pub enum CheckKind {
     /// GET the URL; healthy on 2xx.
-    Http { url: String },
+    Http {
+        /// The URL.
+        url: String,
+    },
     /// Healthy when a TCP connection opens.
-    Tcp { address: String },
+    Tcp {
+        /// `host:port`.
+        address: String,
+    },
     /// Healthy when the command exits 0.
-    Exec { command: Vec<String> },
+    Exec {
+        /// The program and its arguments, run without a shell.
+        command: Vec<String>,
+    },
     /// Maintenance switch: unhealthy while the file exists.
-    File { path: PathBuf },
+    File {
+        /// The switch file.
+        path: PathBuf,
+    },
     /// Healthy while an XDP program is attached to the interface.
-    Xdp { interface: String },
+    Xdp {
+        /// The interface.
+        interface: String,
+    },
     /// GET a Prometheus text page; healthy while every sample of `metric` (any labels)
     /// is at most `max`. A page without the metric fails.
     Metric {
+        /// The page.
         url: String,
+        /// The metric's name.
         metric: String,
+        /// The highest healthy value.
         max: f64,
     },
 }
 
+/// What a check's failure means for the route.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckClass {

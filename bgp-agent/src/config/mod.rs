@@ -25,26 +25,35 @@ use crate::hysteresis::{Dampening, Policy};
 /// Validated settings, ready to use.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// The PoP's name, in logs, metrics and `/status`.
     pub pop: String,
+    /// The anycast prefixes announced.
     pub prefixes: Vec<IpNet>,
     /// Holds the drain flag, so a drain survives restarts.
     pub state_dir: PathBuf,
+    /// Where `/status`, `/metrics` and the drain endpoints listen.
     pub admin_listen: SocketAddr,
+    /// How often the checks run.
     pub interval: Duration,
     /// Re-check interval while a change is pending (a failure while announced, a
     /// success while withdrawn).
     pub fast_interval: Duration,
     /// Rise, fall, hold-down and dampening: what the hysteresis decides with.
     pub policy: Policy,
+    /// Withdraw when the agent stops.
     pub withdraw_on_exit: bool,
     /// RFC 8326: before a drain or exit withdraws, announce with GRACEFUL_SHUTDOWN
     /// (65535:0) so upstreams move traffic away first. `None`: withdraw at once.
     pub graceful_shutdown: Option<GracefulShutdown>,
+    /// What decides whether this PoP may announce.
     pub checks: Vec<CheckSettings>,
+    /// How the route is announced and withdrawn.
     pub speaker: SpeakerSettings,
+    /// Asks other PoPs before a health withdraw; `None`: never asks.
     pub guard: Option<GuardSettings>,
 }
 
+/// RFC 8326 graceful shutdown: how long, and for which withdraws.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GracefulShutdown {
@@ -80,6 +89,7 @@ pub struct GuardSettings {
 }
 
 impl Settings {
+    /// Reads and validates the file at `path`; every error names the file and field.
     pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
         edge_kit::config_file::load(path, Self::parse)
     }
@@ -90,6 +100,7 @@ impl Settings {
         edge_kit::config_file::parse_yaml::<RawSettings>(text)?.validate()
     }
 
+    /// The file whose presence means "drained" (written by `bgp-agent drain`).
     pub fn drain_flag(&self) -> PathBuf {
         self.state_dir.join("drain")
     }

@@ -10,22 +10,34 @@ use serde::Deserialize;
 /// The speaker, validated.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SpeakerSettings {
+    /// The agent is ExaBGP's `process`: commands on stdout, acks on stdin.
     Exabgp {
+        /// Communities on every announcement.
         communities: Vec<String>,
+        /// The MED announced, if any.
         med: Option<u32>,
+        /// Times `local_as` is prepended to the AS path.
         as_path_prepend: u32,
         /// The agent's own AS, prepended `as_path_prepend` times.
         local_as: Option<u32>,
         /// Instead of `med` and `as_path_prepend` while a `degrade` check fails.
         degraded: DegradedAttributes,
+        /// How long ExaBGP has to confirm a command.
         ack_timeout: Duration,
     },
+    /// The agent rewrites a file BIRD includes and runs `birdc configure`.
     Bird {
+        /// The include file the agent rewrites.
         include_file: PathBuf,
+        /// BIRD's control socket.
         socket: PathBuf,
+        /// The `birdc` program.
         birdc: PathBuf,
+        /// The name of the IPv4 prefix set the include file defines.
         define_v4: String,
+        /// The name of the IPv6 prefix set.
         define_v6: String,
+        /// How long `birdc configure` may take.
         timeout: Duration,
     },
 }
@@ -34,7 +46,7 @@ pub enum SpeakerSettings {
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DegradedAttributes {
-    /// Default: none.
+    /// The MED while degraded. Default: none.
     pub med: Option<u32>,
     /// Times `local_as` is prepended. Default 0.
     pub as_path_prepend: u32,

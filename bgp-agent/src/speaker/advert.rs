@@ -5,11 +5,13 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Advert {
+    /// Announced with the normal attributes.
     Announced,
     /// Announced, less preferred: a degrade check fails.
     Degraded,
     /// Still announced, tagged GRACEFUL_SHUTDOWN: on the way to a withdraw.
     GracefulShutdown,
+    /// Not announced.
     Withdrawn,
 }
 
@@ -26,4 +28,4 @@ impl Advert {
 }
 
 /// RFC 8326's well-known community.
-pub const GRACEFUL_SHUTDOWN: &str = "65535:0";
+pub(crate) const GRACEFUL_SHUTDOWN: &str = "65535:0";

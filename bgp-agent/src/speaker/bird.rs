@@ -19,7 +19,7 @@ use super::advert::Advert;
 use crate::config::SpeakerSettings;
 use crate::metrics::{PeerLabel, Sessions};
 
-pub struct Bird {
+pub(crate) struct Bird {
     prefixes: Vec<IpNet>,
     include_file: PathBuf,
     socket: PathBuf,
@@ -30,7 +30,7 @@ pub struct Bird {
 }
 
 impl Bird {
-    pub fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>) -> Self {
+    pub(crate) fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>) -> Self {
         let SpeakerSettings::Bird {
             include_file,
             socket,
@@ -53,7 +53,7 @@ impl Bird {
         }
     }
 
-    pub async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
+    pub(crate) async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
         let text = render(&self.define_v4, &self.define_v6, &self.prefixes, advert);
         let temp = self.include_file.with_extension("tmp");
         tokio::fs::write(&temp, text)
@@ -93,7 +93,7 @@ impl Bird {
 impl Bird {
     /// Keeps `sessions` at what `birdc show protocols all` says of each BGP protocol,
     /// every few seconds; while BIRD does not answer, every session it had is down.
-    pub fn watch_sessions(&self, sessions: Sessions) -> impl Future<Output = ()> + use<> {
+    pub(crate) fn watch_sessions(&self, sessions: Sessions) -> impl Future<Output = ()> + use<> {
         let (birdc, socket) = (self.birdc.clone(), self.socket.clone());
         async move {
             let mut known: Vec<String> = Vec::new();
@@ -131,7 +131,7 @@ impl Bird {
 
 /// Each BGP protocol's neighbor address and whether its session is established, from
 /// `birdc show protocols all`.
-pub fn bgp_sessions(text: &str) -> Vec<(String, bool)> {
+pub(crate) fn bgp_sessions(text: &str) -> Vec<(String, bool)> {
     let mut sessions = Vec::new();
     let mut established = None;
     for line in text.lines() {

@@ -20,7 +20,7 @@ use super::advert::{Advert, GRACEFUL_SHUTDOWN};
 use crate::config::SpeakerSettings;
 use crate::metrics::{PeerLabel, Sessions};
 
-pub struct ExaBgp {
+pub(crate) struct ExaBgp {
     prefixes: Vec<IpNet>,
     attributes: String,
     /// The same with GRACEFUL_SHUTDOWN added to the communities.
@@ -32,7 +32,7 @@ pub struct ExaBgp {
 }
 
 impl ExaBgp {
-    pub fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
+    pub(crate) fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
         let SpeakerSettings::Exabgp {
             communities,
             med,
@@ -88,7 +88,7 @@ impl ExaBgp {
         }
     }
 
-    pub async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
+    pub(crate) async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
         let mut out = String::new();
         for prefix in &self.prefixes {
             let line = match advert {

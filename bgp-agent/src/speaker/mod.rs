@@ -8,25 +8,25 @@
 //! MED, so upstreams keep this PoP only as a backup.
 
 mod advert;
-pub mod bird;
-pub mod exabgp;
+pub(crate) mod bird;
+pub(crate) mod exabgp;
 
 use ipnet::IpNet;
 
-pub use advert::{Advert, GRACEFUL_SHUTDOWN};
+pub use advert::Advert;
 
 use crate::config::{Settings, SpeakerSettings};
 use crate::metrics::Sessions;
 
 /// The BGP daemon this PoP's agent drives.
-pub enum Speaker {
+pub(crate) enum Speaker {
     Exabgp(exabgp::ExaBgp),
     Bird(bird::Bird),
 }
 
 impl Speaker {
     /// The speaker for `config`; it keeps `sessions` at the state of its BGP sessions.
-    pub fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
+    pub(crate) fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
         match config {
             SpeakerSettings::Exabgp { .. } => {
                 Speaker::Exabgp(exabgp::ExaBgp::new(config, prefixes, sessions))
@@ -39,7 +39,7 @@ impl Speaker {
         }
     }
 
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Speaker::Exabgp(_) => "exabgp",
             Speaker::Bird(_) => "bird",
@@ -47,7 +47,7 @@ impl Speaker {
     }
 
     /// Makes BGP carry `advert` for every prefix; returns once the daemon confirmed it.
-    pub async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
+    pub(crate) async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
         match self {
             Speaker::Exabgp(s) => s.apply(advert).await,
             Speaker::Bird(s) => s.apply(advert).await,

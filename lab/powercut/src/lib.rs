@@ -11,6 +11,7 @@
 //! The model follows LazyFS (Ramos et al., "When Amnesia Strikes", VLDB 2024): a page
 //! cache of its own that only a sync empties. Files are served with direct I/O, so the
 //! kernel keeps no cache of them that would outlive a cut.
+#![warn(missing_docs)]
 
 mod fs;
 mod model;
@@ -50,6 +51,7 @@ impl PowerCut {
         })
     }
 
+    /// Where the file system is mounted: what the program under test writes to.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
     }

@@ -15,13 +15,21 @@ use std::path::{Path, PathBuf};
 /// The kinds of operations a [`Trigger`] can match and [`Counts`] counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
+    /// A new file.
     Create,
+    /// A new directory.
     Mkdir,
+    /// Data written into a file.
     Write,
+    /// A file's length set.
     Truncate,
+    /// `fsync`/`fdatasync` of a file: its data and length become durable.
     Fsync,
+    /// `fsync` of a directory: the names in it become durable.
     FsyncDir,
+    /// A name moved.
     Rename,
+    /// A name removed.
     Unlink,
 }
 
@@ -29,8 +37,11 @@ pub enum Op {
 /// `name_contains` (any name when empty); the operation does not happen.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trigger {
+    /// The kind of operation counted.
     pub op: Op,
+    /// Only operations on a name containing this count (all when empty).
     pub name_contains: String,
+    /// The matching operation the power is cut at, counted from 1.
     pub nth: u64,
 }
 

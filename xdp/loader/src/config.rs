@@ -14,30 +14,40 @@ use xdp_common::{MAX_BURST, MAX_PROTECTED, MAX_RATE};
 /// Validated settings, ready to use.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// The PoP's name, a label on every metric.
     pub pop: String,
     /// The PoP's public interface.
     pub interface: String,
+    /// How the program is attached.
     pub mode: Mode,
+    /// Where `/metrics` listens.
     pub metrics_listen: SocketAddr,
     /// The anycast prefixes: only traffic to these is filtered.
     pub protected: Vec<IpNet>,
+    /// TCP ports served on the protected prefixes; other TCP to them is dropped.
     pub tcp_ports: Vec<u16>,
     /// UDP ports served on the protected prefixes (none today; QUIC later).
     pub udp_ports: Vec<u16>,
     /// Sources always passed: management, BGP peers, provider egress ranges.
     pub allowlist: Vec<IpNet>,
+    /// Sources always dropped, whatever the destination.
     pub blocklist: Vec<IpNet>,
+    /// New SYNs per source /32 (IPv6 /64).
     pub syn_rate: Rate,
+    /// ICMP, all sources together.
     pub icmp_rate: Rate,
 }
 
+/// How the XDP program is attached to the interface.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Driver mode, falling back to skb (generic) mode with a warning.
     #[default]
     Auto,
+    /// In the driver, before an sk_buff exists; fails where the driver cannot.
     Driver,
+    /// Generic mode, after the kernel built an sk_buff: works everywhere, costs more.
     Skb,
 }
 
@@ -45,11 +55,14 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Rate {
+    /// Tokens added per second.
     pub per_second: u64,
+    /// The bucket's size.
     pub burst: u64,
 }
 
 impl Settings {
+    /// Reads and validates the file at `path`; every error names the file and field.
     pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
         edge_kit::config_file::load(path, Self::parse)
     }

@@ -12,6 +12,8 @@ use xdp_common::{Counter, Hints, Limits, List, PRESENT, Prefix, REASONS, Reason}
 
 use crate::config::{Mode, Settings};
 
+/// The loaded XDP program and its maps: attached to an interface, filled from the
+/// settings, read for counters. Dropping it detaches the program.
 pub struct Filter {
     ebpf: aya::Ebpf,
     /// Ports marked in the port arrays, to clear them on the next apply.

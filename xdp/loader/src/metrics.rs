@@ -14,6 +14,7 @@ pub fn attached(pop: &str, interface: &str, mode: &str) -> String {
     )
 }
 
+/// The Prometheus text of the filter's counters: packets and bytes by reason and action.
 pub fn render(pop: &str, counters: &[Counter; REASONS]) -> String {
     let mut out = String::new();
     out.push_str("# HELP xdp_packets_total Packets seen by the XDP filter, by verdict reason.\n# TYPE xdp_packets_total counter\n");
