@@ -16,7 +16,7 @@ use crate::spool::Spool;
 
 /// Process-level readiness: flags, and the tasks that must run as long as the process.
 #[derive(Debug, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     pub listening: AtomicBool,
     pub draining: AtomicBool,
     long_lived: Mutex<Vec<(&'static str, AbortHandle)>>,
@@ -25,12 +25,12 @@ pub struct Readiness {
 impl Readiness {
     /// From now on `/readyz` fails with `stopped` once `task` has ended: a PoP whose
     /// spool writer, backhaul, shed ledger or reload watcher is gone must withdraw.
-    pub fn watch(&self, task: AbortHandle, stopped: &'static str) {
+    pub(crate) fn watch(&self, task: AbortHandle, stopped: &'static str) {
         self.tasks().push((stopped, task));
     }
 
     /// What the first long-lived task found stopped says.
-    pub fn stopped_task(&self) -> Option<&'static str> {
+    pub(crate) fn stopped_task(&self) -> Option<&'static str> {
         self.tasks()
             .iter()
             .find(|(_, task)| task.is_finished())
@@ -43,7 +43,7 @@ impl Readiness {
     }
 }
 
-pub struct Admin {
+pub(crate) struct Admin {
     pub readiness: Arc<Readiness>,
     pub spool: Arc<Spool>,
     pub metrics: Arc<Metrics>,
@@ -51,7 +51,7 @@ pub struct Admin {
 
 impl Admin {
     /// Serves `/healthz`, `/readyz` and `/metrics` for the life of the process.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+    pub(crate) async fn serve(self: Arc<Self>, listener: TcpListener) {
         let metrics = self.metrics.admin.clone();
         edge_kit::admin::serve(listener, metrics, move |path| self.answer(path)).await;
     }
@@ -76,7 +76,7 @@ impl Admin {
         }
     }
 
-    pub fn unready_reason(&self) -> Option<&'static str> {
+    pub(crate) fn unready_reason(&self) -> Option<&'static str> {
         if self.readiness.draining.load(Ordering::Acquire) {
             Some("draining")
         } else if !self.readiness.listening.load(Ordering::Acquire) {

@@ -29,13 +29,13 @@ pub struct Caps {
 
 /// Why a connection was refused (a metric label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     Total,
     PerSource,
 }
 
 impl Refusal {
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Refusal::Total => "total",
             Refusal::PerSource => "per_source",
@@ -45,13 +45,13 @@ impl Refusal {
 
 /// The source a per-source cap counts under.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     V4(u32),
     V6Prefix64(u64),
 }
 
 impl Source {
-    pub fn of(ip: IpAddr) -> Source {
+    pub(crate) fn of(ip: IpAddr) -> Source {
         match ip {
             IpAddr::V4(v4) => Source::V4(u32::from(v4)),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -64,12 +64,12 @@ impl Source {
 
 /// One admitted connection in the table.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct ConnId(u64);
+pub(crate) struct ConnId(u64);
 
 /// A connection let in: its id (to release it), what it reports its use through, and
 /// the idle connection evicted to make room for it, if one was.
 #[derive(Debug)]
-pub struct Admitted {
+pub(crate) struct Admitted {
     pub id: ConnId,
     pub usage: Arc<ConnUsage>,
     pub evicted: Option<Arc<ConnUsage>>,
@@ -78,7 +78,7 @@ pub struct Admitted {
 /// What one connection is doing, shared between its task (which reports) and the table
 /// (which picks whom to evict).
 #[derive(Debug)]
-pub struct ConnUsage {
+pub(crate) struct ConnUsage {
     in_flight: AtomicU32,
     /// Clock reading since which no request has been in progress; [`NOT_SERVING`]
     /// until the handshake is done.
@@ -100,15 +100,15 @@ impl ConnUsage {
     }
 
     /// The handshake is done: the connection is idle from `now_ms` until a request.
-    pub fn serving(&self, now_ms: u64) {
+    pub(crate) fn serving(&self, now_ms: u64) {
         self.idle_since_ms.store(now_ms, Ordering::Relaxed);
     }
 
-    pub fn request_started(&self) {
+    pub(crate) fn request_started(&self) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn request_ended(&self, now_ms: u64) {
+    pub(crate) fn request_ended(&self, now_ms: u64) {
         if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
             self.idle_since_ms.store(now_ms, Ordering::Relaxed);
         }
@@ -116,30 +116,30 @@ impl ConnUsage {
 
     /// Since when the connection has had nothing to do; `None` while a request is in
     /// progress or its handshake is not done.
-    pub fn idle_since(&self) -> Option<u64> {
+    pub(crate) fn idle_since(&self) -> Option<u64> {
         let since = self.idle_since_ms.load(Ordering::Relaxed);
         (self.in_flight.load(Ordering::Relaxed) == 0 && since != NOT_SERVING).then_some(since)
     }
 
     /// Fires when the connection must finish what it is doing and close.
-    pub fn closing(&self) -> &CancellationToken {
+    pub(crate) fn closing(&self) -> &CancellationToken {
         &self.closing
     }
 
     /// The peer abused the protocol (a body in tiny pieces): drop the connection now,
     /// unread bytes and all, rather than parse what it still sends.
-    pub fn abandon(&self) {
+    pub(crate) fn abandon(&self) {
         self.abandoned.cancel();
     }
 
     /// Fires once [`ConnUsage::abandon`] was called.
-    pub fn abandoned(&self) -> &CancellationToken {
+    pub(crate) fn abandoned(&self) -> &CancellationToken {
         &self.abandoned
     }
 }
 
 #[derive(Debug)]
-pub struct ConnTable {
+pub(crate) struct ConnTable {
     caps: Caps,
     total: usize,
     untrusted: usize,
@@ -156,7 +156,7 @@ struct Tracked {
 }
 
 impl ConnTable {
-    pub fn new(caps: Caps) -> Self {
+    pub(crate) fn new(caps: Caps) -> Self {
         Self {
             caps,
             total: 0,
@@ -170,7 +170,11 @@ impl ConnTable {
     /// Counts a new connection from `ip`, evicting the longest-idle connection when the
     /// global cap is reached, or says why it must be closed. `closing` becomes the new
     /// connection's [`ConnUsage::closing`].
-    pub fn admit(&mut self, ip: IpAddr, closing: CancellationToken) -> Result<Admitted, Refusal> {
+    pub(crate) fn admit(
+        &mut self,
+        ip: IpAddr,
+        closing: CancellationToken,
+    ) -> Result<Admitted, Refusal> {
         let source = Source::of(ip);
         let trusted = self.caps.trusted.iter().any(|net| net.contains(&ip));
         let per_source_cap = if trusted {
@@ -206,17 +210,19 @@ impl ConnTable {
     }
 
     /// A connection has closed. Nothing to do for one already evicted.
-    pub fn release(&mut self, id: ConnId) {
+    pub(crate) fn release(&mut self, id: ConnId) {
         if let Some(tracked) = self.conns.remove(&id) {
             self.forget(&tracked);
         }
     }
 
-    pub fn total(&self) -> usize {
+    #[cfg(test)]
+    fn total(&self) -> usize {
         self.total
     }
 
-    pub fn sources(&self) -> usize {
+    #[cfg(test)]
+    fn sources(&self) -> usize {
         self.per_source.len()
     }
 

@@ -28,7 +28,7 @@ pub struct Deadlines {
 
 /// Which limit ended a connection (a metric label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expired {
+pub(crate) enum Expired {
     WriteStall,
     Idle,
     Head,
@@ -36,7 +36,7 @@ pub enum Expired {
 }
 
 impl Expired {
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Expired::WriteStall => "write_stall",
             Expired::Idle => "idle",
@@ -46,7 +46,7 @@ impl Expired {
     }
 }
 
-pub struct DeadlineIo<S> {
+pub(crate) struct DeadlineIo<S> {
     inner: S,
     limits: Deadlines,
     ends_at: Instant,
@@ -64,7 +64,7 @@ pub struct DeadlineIo<S> {
 /// (which sees the bytes) and the request handler (which sees complete heads). Off until
 /// [`HeadClock::start`]: TLS handshakes and HTTP/2 connections have no head deadline.
 #[derive(Debug, Default)]
-pub struct HeadClock(Mutex<HeadState>);
+pub(crate) struct HeadClock(Mutex<HeadState>);
 
 #[derive(Debug, Default)]
 struct HeadState {
@@ -78,7 +78,7 @@ struct HeadState {
 
 impl HeadClock {
     /// The connection is ready for its first request: the head deadline runs from now.
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         let mut state = self.state();
         state.on = true;
         state.since = Some(Instant::now());
@@ -86,7 +86,7 @@ impl HeadClock {
 
     /// A complete head arrived: no deadline until the request has been handled and a
     /// byte of the next one arrives.
-    pub fn request_started(self: &Arc<Self>) -> RequestHandling {
+    pub(crate) fn request_started(self: &Arc<Self>) -> RequestHandling {
         let mut state = self.state();
         state.since = None;
         state.handling += 1;
@@ -110,7 +110,7 @@ impl HeadClock {
 }
 
 /// Held while a request is handled (see [`HeadClock::request_started`]).
-pub struct RequestHandling(Arc<HeadClock>);
+pub(crate) struct RequestHandling(Arc<HeadClock>);
 
 impl Drop for RequestHandling {
     fn drop(&mut self) {
@@ -120,7 +120,7 @@ impl Drop for RequestHandling {
 }
 
 impl<S> DeadlineIo<S> {
-    pub fn new(inner: S, limits: Deadlines) -> Self {
+    pub(crate) fn new(inner: S, limits: Deadlines) -> Self {
         let ends_at = Instant::now() + limits.lifetime;
         Self {
             inner,
@@ -139,22 +139,19 @@ impl<S> DeadlineIo<S> {
 
     /// Where the limit that ends this connection is recorded, readable after the stream
     /// has been handed to the TLS and HTTP layers.
-    pub fn report(&self) -> Arc<OnceLock<Expired>> {
+    pub(crate) fn report(&self) -> Arc<OnceLock<Expired>> {
         Arc::clone(&self.report)
     }
 
     /// The connection's head clock, for its request handler.
-    pub fn head_clock(&self) -> Arc<HeadClock> {
+    pub(crate) fn head_clock(&self) -> Arc<HeadClock> {
         Arc::clone(&self.head_clock)
     }
 
     /// Which limit, if any, this connection ran into.
-    pub fn expired(&self) -> Option<Expired> {
+    #[cfg(test)]
+    fn expired(&self) -> Option<Expired> {
         self.expired
-    }
-
-    pub fn get_ref(&self) -> &S {
-        &self.inner
     }
 
     fn expire(&mut self, why: Expired) {

@@ -6,20 +6,20 @@
 //! path, `server` accepts connections, `admin` serves health and metrics, `backhaul/` forwards the spool to
 //! the origin queue.
 
-pub mod admin;
+mod admin;
 pub mod admission;
 pub mod backhaul;
-pub mod body_rate;
+mod body_rate;
 pub mod config;
-pub mod conn_limits;
-pub mod deadline_io;
+mod conn_limits;
+mod deadline_io;
 pub mod event;
-pub mod http;
+mod http;
 pub mod metrics;
-pub mod reload;
+mod reload;
 pub mod run;
-pub mod server;
-pub mod sockets;
+mod server;
+mod sockets;
 pub mod spool;
-pub mod tls;
+mod tls;
 pub mod verify;

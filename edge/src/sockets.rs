@@ -11,7 +11,7 @@ use crate::config::ListenerSettings;
 
 /// Binds a listener with SO_REUSEADDR, TCP_FASTOPEN and the configured backlog. IPv6
 /// sockets are v6-only so `0.0.0.0:443` and `[::]:443` can both be listed.
-pub fn bind(
+pub(crate) fn bind(
     addr: SocketAddr,
     settings: &ListenerSettings,
 ) -> anyhow::Result<tokio::net::TcpListener> {
@@ -38,7 +38,7 @@ pub fn bind(
 
 /// Raises the soft open-files limit to the hard one (every connection is a descriptor)
 /// and returns it.
-pub fn raise_open_files_limit() -> std::io::Result<u64> {
+pub(crate) fn raise_open_files_limit() -> std::io::Result<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     if soft < hard {
@@ -51,7 +51,7 @@ pub fn raise_open_files_limit() -> std::io::Result<u64> {
 /// connect: once the kernel holds a cookie for the peer, a re-dial carries its first
 /// bytes in the SYN. Where `net.ipv4.tcp_fastopen` does not allow it, the option is
 /// ignored and the connect is an ordinary one.
-pub async fn connect(host: &str, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+pub(crate) async fn connect(host: &str, port: u16) -> std::io::Result<tokio::net::TcpStream> {
     let mut last_error = None;
     for addr in tokio::net::lookup_host((host, port)).await? {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -69,7 +69,7 @@ pub async fn connect(host: &str, port: u16) -> std::io::Result<tokio::net::TcpSt
 
 /// Whether the client's SYN carried data (TCP Fast Open was used on this connection),
 /// from the kernel's TCP_INFO.
-pub fn syn_carried_data(stream: &tokio::net::TcpStream) -> bool {
+pub(crate) fn syn_carried_data(stream: &tokio::net::TcpStream) -> bool {
     // SAFETY: tcp_info is plain integers, for which all-zero bytes are a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -119,7 +119,7 @@ fn set_int_option(socket: &Socket, option: libc::c_int, value: libc::c_int) -> s
 
 /// Whether an accept() error means the process or system is out of file descriptors
 /// (the accept loop backs off instead of spinning or dying).
-pub fn is_fd_exhaustion(error: &std::io::Error) -> bool {
+pub(crate) fn is_fd_exhaustion(error: &std::io::Error) -> bool {
     matches!(
         error.raw_os_error(),
         Some(libc::EMFILE) | Some(libc::ENFILE)

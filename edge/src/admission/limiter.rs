@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 /// A point in time, as a duration since an origin the caller fixes.
-pub type Time = Duration;
+pub(crate) type Time = Duration;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -118,11 +118,11 @@ impl ShedReason {
 }
 
 /// A place in the wait queue.
-pub type Ticket = u64;
+pub(crate) type Ticket = u64;
 
 /// What a released slot did to the queue.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Released {
+pub(crate) struct Released {
     /// Tickets granted a slot, newest first.
     pub granted: Vec<Ticket>,
     /// Tickets taken out of the queue and shed ([`ShedReason::Overloaded`]).
@@ -130,7 +130,7 @@ pub struct Released {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Admitted,
     /// Wait for [`Limiter::release`] to grant the ticket, or cancel it after `max_wait`.
     Queued(Ticket),
@@ -138,7 +138,7 @@ pub enum Decision {
 }
 
 #[derive(Clone, Debug)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     settings: Settings,
     limit: f64,
     inflight: usize,
@@ -166,7 +166,7 @@ struct Waiter {
 }
 
 impl Limiter {
-    pub fn new(settings: Settings) -> Self {
+    pub(crate) fn new(settings: Settings) -> Self {
         Self {
             limit: settings.initial_limit,
             interval_end: settings.interval,
@@ -187,7 +187,7 @@ impl Limiter {
 
     /// New settings from a reload. What was learnt stays: the limit (moved into the new
     /// bounds), the latency averages, the queue and the bodies being read.
-    pub fn reconfigure(&mut self, settings: Settings) {
+    pub(crate) fn reconfigure(&mut self, settings: Settings) {
         self.limit = self.limit.clamp(settings.min_limit, settings.max_limit);
         self.settings = settings;
     }
@@ -196,7 +196,7 @@ impl Limiter {
     /// [`Limiter::acquire`], with the requests already reading bodies counted as wanting
     /// slots. `Ok` lets the request read its body: its claim counts as reading until
     /// [`Limiter::body_read`], or for `max_wait` at most.
-    pub fn head(&mut self, now: Time, priority: Priority) -> Result<Ticket, ShedReason> {
+    pub(crate) fn head(&mut self, now: Time, priority: Priority) -> Result<Ticket, ShedReason> {
         self.roll_interval(now);
         let max_wait = self.settings.max_wait;
         while let Some(entry) = self.reading.first_entry()
@@ -214,11 +214,11 @@ impl Limiter {
     }
 
     /// The request let in by [`Limiter::head`] with `claim` has its body, or gave up.
-    pub fn body_read(&mut self, claim: Ticket) {
+    pub(crate) fn body_read(&mut self, claim: Ticket) {
         self.reading.remove(&claim);
     }
 
-    pub fn acquire(&mut self, now: Time, priority: Priority) -> Decision {
+    pub(crate) fn acquire(&mut self, now: Time, priority: Priority) -> Decision {
         self.roll_interval(now);
         if self.slot_free() {
             self.inflight += 1;
@@ -241,7 +241,7 @@ impl Limiter {
     /// A slot is given back; `work` is how long it did real work (`None` for a request
     /// that ended fast without any, which says nothing about capacity). Returns the
     /// tickets granted a slot and those shed from the queue.
-    pub fn release(&mut self, now: Time, work: Option<Duration>) -> Released {
+    pub(crate) fn release(&mut self, now: Time, work: Option<Duration>) -> Released {
         self.inflight = self.inflight.saturating_sub(1);
         if let Some(work) = work {
             self.window_work.0 += work.as_secs_f64();
@@ -271,7 +271,7 @@ impl Limiter {
     /// Takes a ticket out of the queue (waited `max_wait`, or its client went away).
     /// `false` when it is no longer queued: it was granted meanwhile, and its slot must
     /// be released.
-    pub fn cancel(&mut self, now: Time, ticket: Ticket) -> bool {
+    pub(crate) fn cancel(&mut self, now: Time, ticket: Ticket) -> bool {
         let Some(at) = self.queue.iter().position(|w| w.ticket == ticket) else {
             return false;
         };
@@ -282,27 +282,29 @@ impl Limiter {
     }
 
     /// The current limit, whole slots.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit as usize
     }
 
-    pub fn inflight(&self) -> usize {
+    pub(crate) fn inflight(&self) -> usize {
         self.inflight
     }
 
-    pub fn reading(&self) -> usize {
+    #[cfg(test)]
+    fn reading(&self) -> usize {
         self.reading.len()
     }
 
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
         self.queue.len()
     }
 
-    pub fn overloaded(&self) -> bool {
+    pub(crate) fn overloaded(&self) -> bool {
         self.overloaded
     }
 
-    pub fn max_wait(&self) -> Duration {
+    pub(crate) fn max_wait(&self) -> Duration {
         self.settings.max_wait
     }
 

@@ -10,9 +10,9 @@
 //! [`limiter`] and [`rate_limit`]; this module adds the clock, the waiting and metrics.
 
 pub mod ledger;
-pub mod limiter;
+pub(crate) mod limiter;
 mod metrics;
-pub mod rate_limit;
+pub(crate) mod rate_limit;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

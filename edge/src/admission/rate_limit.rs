@@ -18,7 +18,7 @@ pub struct Rate {
 
 /// Buckets by route (any key: the route's name) and source.
 #[derive(Debug)]
-pub struct RateLimits<R> {
+pub(crate) struct RateLimits<R> {
     buckets: HashMap<(R, Source), Bucket>,
 }
 
@@ -32,14 +32,14 @@ impl<R> Default for RateLimits<R> {
 
 /// A source address as rate limits see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Source {
+pub(crate) enum Source {
     V4([u8; 4]),
     /// The /64 prefix.
     V6([u8; 8]),
 }
 
 impl Source {
-    pub fn of(ip: IpAddr) -> Source {
+    pub(crate) fn of(ip: IpAddr) -> Source {
         match ip {
             IpAddr::V4(v4) => Source::V4(v4.octets()),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -63,7 +63,7 @@ struct Bucket {
 impl<R: Hash + Eq + Clone> RateLimits<R> {
     /// Takes a token for `source` on `route`: `Err(wait)` when the bucket
     /// is empty, with how long until a token is back (for `Retry-After`).
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         now: Time,
         route: &R,
@@ -91,12 +91,9 @@ impl<R: Hash + Eq + Clone> RateLimits<R> {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.buckets.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buckets.is_empty()
     }
 
     /// Drops buckets that would be full by now (nothing lost: a new one starts full);

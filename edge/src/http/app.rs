@@ -10,7 +10,7 @@ use crate::config::{Route, Settings};
 use crate::spool::Spool;
 
 /// Everything a request handler needs, shared by all connections.
-pub struct App {
+pub(crate) struct App {
     /// Sent back as `Edge-Pop` so a sender (or an operator with curl) sees which PoP the
     /// anycast address landed on.
     pub pop: http::HeaderValue,
@@ -33,13 +33,13 @@ pub struct App {
 }
 
 /// A route plus its name as a shared string (spool records and metrics use it per request).
-pub struct RouteEntry {
+pub(crate) struct RouteEntry {
     pub route: Route,
     pub name: Arc<str>,
 }
 
 impl App {
-    pub fn new(
+    pub(crate) fn new(
         settings: &Settings,
         spool: Arc<Spool>,
         metrics: HttpMetrics,

@@ -5,4 +5,4 @@ use bytes::Bytes;
 use http_body_util::Full;
 
 /// Every answer is small and whole when it is sent.
-pub type ResponseBody = Full<Bytes>;
+pub(crate) type ResponseBody = Full<Bytes>;

@@ -33,7 +33,7 @@ use super::body::ResponseBody;
 use crate::tls::stream::TlsStream;
 
 /// A byte stream that can wait until a read would not block, without taking any bytes.
-pub trait PollReadable {
+pub(crate) trait PollReadable {
     /// Ready once bytes, the end of the stream or an error can be read.
     fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
@@ -52,7 +52,7 @@ impl<T: PollReadable + ?Sized> PollReadable for Box<T> {
 
 /// Serves HTTP/1.1 on `io` until the client or a limit ends the connection, or `closing`
 /// fires (then the request in progress is answered first).
-pub async fn serve<IO, S>(
+pub(crate) async fn serve<IO, S>(
     builder: &http1::Builder,
     io: IO,
     activity: Arc<Activity>,
@@ -126,7 +126,7 @@ where
 
 /// What one HTTP/1.1 connection is doing, as far as taking it out of hyper goes.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     /// Request handlers running plus request bodies not yet dropped.
     busy: AtomicUsize,
     /// A handler has answered and hyper has not flushed since.
@@ -142,7 +142,7 @@ pub struct Activity {
 }
 
 impl Activity {
-    pub fn new(parkable: bool) -> Arc<Self> {
+    pub(crate) fn new(parkable: bool) -> Arc<Self> {
         Arc::new(Self {
             busy: AtomicUsize::new(0),
             unflushed: AtomicBool::new(false),
@@ -152,14 +152,14 @@ impl Activity {
     }
 
     /// A request head arrived; the returned guard is held until its handler has answered.
-    pub fn request_started(self: &Arc<Self>) -> Handling {
+    pub(crate) fn request_started(self: &Arc<Self>) -> Handling {
         self.busy.fetch_add(1, Ordering::Relaxed);
         self.requests_here.store(true, Ordering::Relaxed);
         Handling(Arc::clone(self))
     }
 
     /// The request's body, tracked until it is dropped.
-    pub fn body(self: &Arc<Self>, body: Incoming) -> RequestBody {
+    pub(crate) fn body(self: &Arc<Self>, body: Incoming) -> RequestBody {
         self.busy.fetch_add(1, Ordering::Relaxed);
         RequestBody {
             body,
@@ -181,7 +181,7 @@ impl Activity {
 }
 
 /// Held while a request handler runs (see [`Activity::request_started`]).
-pub struct Handling(Arc<Activity>);
+pub(crate) struct Handling(Arc<Activity>);
 
 impl Drop for Handling {
     fn drop(&mut self) {
@@ -193,7 +193,7 @@ impl Drop for Handling {
 
 /// A request body as the handler sees it: hyper's, plus (HTTP/1.1) whether it was read
 /// to its end before it was dropped.
-pub struct RequestBody {
+pub(crate) struct RequestBody {
     body: Incoming,
     ended: bool,
     activity: Option<Arc<Activity>>,
@@ -201,7 +201,7 @@ pub struct RequestBody {
 
 impl RequestBody {
     /// A body whose connection is never taken out of hyper (HTTP/2).
-    pub fn untracked(body: Incoming) -> Self {
+    pub(crate) fn untracked(body: Incoming) -> Self {
         Self {
             body,
             ended: false,

@@ -4,23 +4,22 @@
 
 mod app;
 mod body;
-pub mod keep_alive;
+pub(crate) mod keep_alive;
 mod metrics;
-pub mod webhook;
+pub(crate) mod webhook;
 
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-pub use app::{App, RouteEntry};
-pub use body::ResponseBody;
-pub use metrics::HttpMetrics;
+pub(crate) use app::App;
+pub(crate) use metrics::HttpMetrics;
 
 use crate::config::HttpSettings;
 
 /// hyper's HTTP/1.1 and HTTP/2 servers, from config; a connection gets the one its TLS
 /// handshake chose by ALPN (hyper-util's auto-detection pre-reads 24 bytes, which makes
 /// hyper double its HTTP/1.1 read buffer to 16 KiB on every connection).
-pub struct ConnectionBuilders {
+pub(crate) struct ConnectionBuilders {
     pub http1: http1::Builder,
     pub http2: http2::Builder<TokioExecutor>,
 }
@@ -29,7 +28,7 @@ pub struct ConnectionBuilders {
 /// path answers a head over them with a 431 its sender reads (hyper's own 431 closes the
 /// connection while a client may still be sending, and curl then loses it); beyond
 /// twice, hyper refuses by itself.
-pub fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders {
+pub(crate) fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders {
     let mut http1 = http1::Builder::new();
     // The head deadline is `DeadlineIo`'s: hyper's would also end idle keep-alives.
     http1

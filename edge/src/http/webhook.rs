@@ -29,13 +29,13 @@ use crate::verify::{Provider, Verification, VerifyError, url_verification_challe
 /// What the connection knows about a request: whether it arrived as TLS early data
 /// (0-RTT), from where, and the connection itself (to drop it on abuse).
 #[derive(Clone, Debug)]
-pub struct Arrival {
+pub(crate) struct Arrival {
     pub early: bool,
     pub source: std::net::IpAddr,
     pub connection: Arc<ConnUsage>,
 }
 
-pub async fn handle(
+pub(crate) async fn handle(
     app: Arc<App>,
     arrival: Arrival,
     request: Request<RequestBody>,
@@ -532,7 +532,7 @@ fn closing(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
     response
 }
 
-pub fn json(status: StatusCode, body: &str) -> Response<ResponseBody> {
+pub(crate) fn json(status: StatusCode, body: &str) -> Response<ResponseBody> {
     let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
     *response.status_mut() = status;
     response.headers_mut().insert(

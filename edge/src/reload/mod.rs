@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use edge_kit::signals::Hangups;
 
-pub use metrics::ReloadMetrics;
+pub(crate) use metrics::ReloadMetrics;
 
 use crate::config;
 use crate::http::App;
@@ -23,7 +23,7 @@ use crate::spool::Spool;
 use crate::tls;
 use crate::tls::tickets::SharedTickets;
 
-pub struct Reloader {
+pub(crate) struct Reloader {
     path: PathBuf,
     /// The file as last applied, to tell which restart-only settings a new one changes.
     running: serde_yaml::Value,
@@ -35,7 +35,7 @@ pub struct Reloader {
 
 impl Reloader {
     /// `path` is the running config's file; what it holds now is taken as applied.
-    pub fn new(
+    pub(crate) fn new(
         path: PathBuf,
         server: Arc<Server>,
         spool: Arc<Spool>,
@@ -58,7 +58,7 @@ impl Reloader {
 
     /// Waits for SIGHUP (and polls the ticket-key file) for the life of the process; a
     /// SIGHUP that came during start-up is applied at once.
-    pub async fn run(mut self, mut hangups: Hangups) {
+    pub(crate) async fn run(mut self, mut hangups: Hangups) {
         let mut poll = tokio::time::interval(TICKET_KEY_POLL);
         loop {
             tokio::select! {

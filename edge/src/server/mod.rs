@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use metrics::ConnectionMetrics;
+pub(crate) use metrics::ConnectionMetrics;
 
 use crate::config::Settings;
 use crate::conn_limits::{Admitted, ConnId, ConnTable, ConnUsage};
@@ -33,13 +33,13 @@ use crate::tls::TlsMetrics;
 use crate::tls::stream::TlsStream;
 
 /// The metrics a connection touches, from accept to the last response.
-pub struct ServerMetrics {
+pub(crate) struct ServerMetrics {
     pub connections: ConnectionMetrics,
     pub tls: TlsMetrics,
     pub http: HttpMetrics,
 }
 
-pub struct Server {
+pub(crate) struct Server {
     pub live: ArcSwap<Live>,
     pub metrics: ServerMetrics,
     pub http: ConnectionBuilders,
@@ -55,14 +55,14 @@ pub struct Server {
 }
 
 /// The settings a reload replaces: routes and request limits, certificates and TLS.
-pub struct Live {
+pub(crate) struct Live {
     pub app: Arc<App>,
     pub tls: Arc<rustls::ServerConfig>,
     pub handshake_timeout: Duration,
 }
 
 impl Server {
-    pub fn new(live: Live, settings: &Settings, metrics: ServerMetrics) -> Self {
+    pub(crate) fn new(live: Live, settings: &Settings, metrics: ServerMetrics) -> Self {
         Self {
             live: ArcSwap::from_pointee(live),
             metrics,
@@ -83,7 +83,7 @@ impl Server {
 
     /// Accepts on every listener until `stop` turns true, then returns the connections
     /// still open.
-    pub async fn run(
+    pub(crate) async fn run(
         self: Arc<Self>,
         listeners: Vec<TcpListener>,
         stop: watch::Receiver<bool>,
@@ -307,19 +307,19 @@ impl Server {
 
 /// The client connections being served, each asked to close at shutdown.
 #[derive(Clone, Default)]
-pub struct Connections {
+pub(crate) struct Connections {
     tasks: TaskTracker,
     closing: CancellationToken,
 }
 
 impl Connections {
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.tasks.len()
     }
 
     /// Asks every connection to finish the request in progress and close, and returns
     /// once all have.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         self.closing.cancel();
         self.tasks.close();
         self.tasks.wait().await;

@@ -6,12 +6,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 
-pub const FILE_NAME: &str = "checkpoint";
+pub(crate) const FILE_NAME: &str = "checkpoint";
 const TEMP_NAME: &str = "checkpoint.tmp";
 const ENCODED_LEN: usize = 12;
 
 /// Reads the checkpoint; `Ok(None)` when there is none yet (nothing delivered).
-pub fn read(dir: &Path) -> io::Result<Option<u64>> {
+pub(crate) fn read(dir: &Path) -> io::Result<Option<u64>> {
     match fs::read(dir.join(FILE_NAME)) {
         Ok(bytes) => decode(&bytes).map(Some).ok_or_else(|| {
             io::Error::new(
@@ -24,7 +24,7 @@ pub fn read(dir: &Path) -> io::Result<Option<u64>> {
     }
 }
 
-pub fn write(dir: &Path, seq: u64) -> io::Result<()> {
+pub(crate) fn write(dir: &Path, seq: u64) -> io::Result<()> {
     let temp = dir.join(TEMP_NAME);
     let mut file = OpenOptions::new()
         .write(true)
@@ -37,14 +37,14 @@ pub fn write(dir: &Path, seq: u64) -> io::Result<()> {
     sync_dir(dir)
 }
 
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 /// Creates `dir` and any missing parents durably: each new directory's entry is fsynced
 /// in its parent, or a power cut could take the directory, and all that was fsynced into
 /// it, away.
-pub fn create_dir_durably(dir: &Path) -> io::Result<()> {
+pub(crate) fn create_dir_durably(dir: &Path) -> io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }

@@ -4,14 +4,14 @@
 //! at start, a checkpoint the backhaul advances, and a reader for the backhaul.
 
 mod append;
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 mod group_commit;
 mod inspect;
 mod lag;
-pub mod metrics;
-pub mod quarantine;
+pub(crate) mod metrics;
+pub(crate) mod quarantine;
 mod reader;
-pub mod recent_ids;
+pub(crate) mod recent_ids;
 pub mod record;
 mod recovery;
 mod reserve;

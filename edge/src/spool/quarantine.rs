@@ -13,7 +13,7 @@ use edge_kit::clock::unix_ms;
 use super::checkpoint::{create_dir_durably, sync_dir};
 
 /// Moves `path` (a file in the spool directory) into quarantine, durably, with `why`.
-pub fn move_in(spool_dir: &Path, path: &Path, why: &str) -> io::Result<()> {
+pub(crate) fn move_in(spool_dir: &Path, path: &Path, why: &str) -> io::Result<()> {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -26,7 +26,7 @@ pub fn move_in(spool_dir: &Path, path: &Path, why: &str) -> io::Result<()> {
 }
 
 /// Keeps `bytes` in quarantine as `name`, durably, with `why`.
-pub fn keep(spool_dir: &Path, name: &str, bytes: &[u8], why: &str) -> io::Result<()> {
+pub(crate) fn keep(spool_dir: &Path, name: &str, bytes: &[u8], why: &str) -> io::Result<()> {
     let to = free_name(spool_dir, name)?;
     let mut file = OpenOptions::new().write(true).create_new(true).open(&to)?;
     file.write_all(bytes)?;
@@ -36,7 +36,7 @@ pub fn keep(spool_dir: &Path, name: &str, bytes: &[u8], why: &str) -> io::Result
 }
 
 /// What is in quarantine: each kept file and its note.
-pub fn list(spool_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
+pub(crate) fn list(spool_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
     let dir = spool_dir.join(DIR);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -86,7 +86,7 @@ fn note_path(kept: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-pub const DIR: &str = "quarantine";
+pub(crate) const DIR: &str = "quarantine";
 const NOTE: &str = "why";
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::event::id_of_key;
 
 #[derive(Debug)]
-pub struct RecentIds {
+pub(crate) struct RecentIds {
     capacity: usize,
     order: VecDeque<Arc<str>>,
     seq_by_id: HashMap<Arc<str>, u64>,
@@ -21,7 +21,7 @@ pub struct RecentIds {
 }
 
 impl RecentIds {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
             order: VecDeque::new(),
@@ -31,7 +31,7 @@ impl RecentIds {
     }
 
     /// A new window size; shrinking forgets the oldest ids first.
-    pub fn set_capacity(&mut self, capacity: usize) {
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity.max(1);
         while self.order.len() > self.capacity {
             self.forget_oldest();
@@ -39,20 +39,20 @@ impl RecentIds {
     }
 
     /// The sequence number the id was stored under, if it is still in the window.
-    pub fn get(&self, id: &str) -> Option<u64> {
+    pub(crate) fn get(&self, id: &str) -> Option<u64> {
         self.seq_by_id.get(id).copied()
     }
 
     /// Whether a key in the window carries the same unsigned provider id as `key` but
     /// another body.
-    pub fn conflicts(&self, key: &str) -> bool {
+    pub(crate) fn conflicts(&self, key: &str) -> bool {
         let id = id_of_key(key);
         id.len() != key.len()
             && !self.seq_by_id.contains_key(key)
             && self.keys_by_unsigned_id.contains_key(id)
     }
 
-    pub fn insert(&mut self, id: &str, seq: u64) {
+    pub(crate) fn insert(&mut self, id: &str, seq: u64) {
         if self.seq_by_id.contains_key(id) {
             return;
         }
@@ -87,12 +87,9 @@ impl RecentIds {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.order.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
     }
 }
 

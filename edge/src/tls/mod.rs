@@ -4,8 +4,8 @@
 //! and the connection stream that lets early data through (`stream`).
 
 mod metrics;
-pub mod stream;
-pub mod tickets;
+pub(crate) mod stream;
+pub(crate) mod tickets;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -19,12 +19,12 @@ use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, SupportedProtocolVersion};
 
 use crate::config::{Identity, SessionTickets, TlsSettings, TlsVersion};
-pub use metrics::TlsMetrics;
+pub(crate) use metrics::TlsMetrics;
 use tickets::SharedTickets;
 
 /// The rustls config, and the shared ticket keys when they are in use (to reload them).
 /// `metrics` get the served certificates' expiry.
-pub fn server_config(
+pub(crate) fn server_config(
     settings: &TlsSettings,
     metrics: &TlsMetrics,
 ) -> anyhow::Result<(Arc<ServerConfig>, Option<Arc<SharedTickets>>)> {
@@ -47,7 +47,7 @@ pub fn server_config(
 /// A new config from reloaded settings (certificates re-read from disk, SNI names,
 /// versions, 0-RTT) that keeps the running one's session cache and ticket keys, so
 /// sessions made before the reload still resume.
-pub fn reloaded_config(
+pub(crate) fn reloaded_config(
     settings: &TlsSettings,
     running: &ServerConfig,
     metrics: &TlsMetrics,

@@ -19,7 +19,7 @@ use rustls::{ServerConfig, ServerConnection};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Runs the handshake until it completes or the client's early data is accepted.
-pub async fn accept<IO>(io: IO, config: Arc<ServerConfig>) -> io::Result<TlsStream<IO>>
+pub(crate) async fn accept<IO>(io: IO, config: Arc<ServerConfig>) -> io::Result<TlsStream<IO>>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
@@ -36,10 +36,10 @@ where
 
 /// Whether the handshake has completed, shared with the connection's request handler.
 #[derive(Clone, Debug, Default)]
-pub struct Handshake(Arc<AtomicBool>);
+pub(crate) struct Handshake(Arc<AtomicBool>);
 
 impl Handshake {
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 
@@ -48,7 +48,7 @@ impl Handshake {
     }
 }
 
-pub struct TlsStream<IO> {
+pub(crate) struct TlsStream<IO> {
     io: IO,
     conn: ServerConnection,
     handshake: Handshake,
@@ -56,16 +56,16 @@ pub struct TlsStream<IO> {
 }
 
 impl<IO> TlsStream<IO> {
-    pub fn connection(&self) -> &ServerConnection {
+    pub(crate) fn connection(&self) -> &ServerConnection {
         &self.conn
     }
 
-    pub fn handshake(&self) -> Handshake {
+    pub(crate) fn handshake(&self) -> Handshake {
         self.handshake.clone()
     }
 
     /// Early data was accepted on this connection (it may still be unread).
-    pub fn accepted_early_data(&mut self) -> bool {
+    pub(crate) fn accepted_early_data(&mut self) -> bool {
         self.conn.early_data().is_some()
     }
 }
@@ -139,7 +139,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
 
     /// Ready once a read would not block: application data (not early data) decrypted,
     /// the end of the stream, or an error. Takes no bytes.
-    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    pub(crate) fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
             match self.conn.reader().fill_buf() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

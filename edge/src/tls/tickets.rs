@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use super::metrics::TlsMetrics;
 
-pub struct SharedTickets {
+pub(crate) struct SharedTickets {
     path: PathBuf,
     lifetime_secs: u32,
     keys: RwLock<Vec<TicketKey>>,
@@ -35,7 +35,7 @@ struct TicketKey {
 
 impl SharedTickets {
     /// Loads the key file; `metrics` learn when it last changed, at each load.
-    pub fn load(
+    pub(crate) fn load(
         path: &Path,
         lifetime_secs: u32,
         metrics: TlsMetrics,
@@ -53,7 +53,7 @@ impl SharedTickets {
     }
 
     /// Re-reads the key file; on any error the keys in use stay as they were.
-    pub fn reload(&self) -> anyhow::Result<usize> {
+    pub(crate) fn reload(&self) -> anyhow::Result<usize> {
         let mtime = std::fs::metadata(&self.path)
             .and_then(|m| m.modified())
             .ok();
@@ -85,7 +85,7 @@ impl SharedTickets {
     }
 
     /// Reloads when the file's modification time changed since the last load.
-    pub fn reload_if_changed(&self) -> anyhow::Result<Option<usize>> {
+    pub(crate) fn reload_if_changed(&self) -> anyhow::Result<Option<usize>> {
         let mtime = std::fs::metadata(&self.path)
             .and_then(|m| m.modified())
             .ok();
@@ -150,7 +150,7 @@ impl rustls::server::ProducesTickets for SharedTickets {
 }
 
 /// The keys of a key file, first (the encrypting one) first.
-pub fn parse_key_file(text: &str) -> Result<Vec<[u8; 32]>, String> {
+pub(crate) fn parse_key_file(text: &str) -> Result<Vec<[u8; 32]>, String> {
     let mut keys = Vec::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
