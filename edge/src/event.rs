@@ -22,12 +22,16 @@ pub const MAX_EVENT_ID_LEN: usize = 256;
 /// Longest de-duplication key: an id with its signature appended.
 pub const MAX_EVENT_KEY_LEN: usize = MAX_EVENT_ID_LEN + MAC_SUFFIX.len() + MAC_HEX_LEN;
 
+/// Why a request's event id cannot be found.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EventIdError {
+    /// The header that should carry it is missing.
     #[error("missing event id: header {0}")]
     MissingHeader(&'static str),
+    /// The body field that should carry it is missing.
     #[error("missing event id: the JSON body has no string field `{0}`")]
     MissingBodyField(&'static str),
+    /// It is empty, too long or not printable ASCII.
     #[error("event id longer than {MAX_EVENT_ID_LEN} bytes or not visible ASCII")]
     Invalid,
 }

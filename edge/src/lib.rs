@@ -6,6 +6,8 @@
 //! path, `server` accepts connections, `admin` serves health and metrics, `backhaul/` forwards the spool to
 //! the origin queue.
 
+#![warn(missing_docs)]
+
 mod admin;
 pub mod admission;
 pub mod backhaul;

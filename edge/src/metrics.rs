@@ -14,22 +14,31 @@ use crate::server::ConnectionMetrics;
 use crate::spool::SpoolMetrics;
 use crate::tls::TlsMetrics;
 
+/// Every metric of the edge, in one registry with the `pop` label.
 pub struct Metrics {
     registry: Registry,
     /// 1 while `/readyz` would answer 200; set at each scrape.
     pub ready: Gauge,
     /// Admin connections closed for a limit.
     pub admin: AdminMetrics,
+    /// Admission control.
     pub admission: AdmissionMetrics,
+    /// Delivery to the origin.
     pub backhaul: BackhaulMetrics,
+    /// Connections and their limits.
     pub connections: ConnectionMetrics,
+    /// Requests and answers.
     pub http: HttpMetrics,
+    /// Config reloads.
     pub reload: ReloadMetrics,
+    /// The spool.
     pub spool: SpoolMetrics,
+    /// TLS handshakes and resumption.
     pub tls: TlsMetrics,
 }
 
 impl Metrics {
+    /// The edge's metrics for `pop`, registered.
     pub fn new(pop: &str) -> Self {
         let mut registry = edge_kit::metrics::registry_for_pop(pop);
         let edge = registry.sub_registry_with_prefix("edge");

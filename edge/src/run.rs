@@ -24,6 +24,8 @@ use crate::server::{Live, Server, ServerMetrics};
 use crate::spool::Spool;
 use crate::{sockets, tls};
 
+/// Runs the edge with `settings` (read from `path`, re-read on SIGHUP) until SIGTERM or
+/// SIGINT: recovers the spool, serves webhooks and admin, delivers to the origin.
 pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     // First: from here a signal sent during start-up (the spool's recovery can take a
     // while) is handled, a SIGHUP applied once the reloader runs.

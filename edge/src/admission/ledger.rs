@@ -32,12 +32,19 @@ pub trait ShedShipper: Send + Sync + 'static {
 /// One refused request, as the ledger keeps it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ShedEntry {
+    /// Unix time of the refusal, in milliseconds.
     pub time_ms: u64,
+    /// The PoP that refused it.
     pub pop: String,
+    /// The route's name.
     pub route: String,
+    /// The route's provider.
     pub provider: String,
+    /// The delivery id the request claimed (unverified).
     pub claimed_id: String,
+    /// Why it was refused (the `reason` label of the shed metric).
     pub reason: String,
+    /// The status answered (429 or 503).
     pub status: u16,
     /// Always false: the request was refused before its signature was checked.
     pub verified: bool,
@@ -81,6 +88,7 @@ impl Ledger {
         self.task.clone()
     }
 
+    /// Keeps `entry`; when the writer is behind, counts it dropped instead of waiting.
     pub fn record(&self, entry: ShedEntry) {
         if self.entries.try_send(entry).is_err() {
             self.dropped.inc();

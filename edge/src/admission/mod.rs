@@ -34,6 +34,7 @@ pub use metrics::AdmissionMetrics;
 pub struct AdmissionSettings {
     /// Off: every request is admitted at once (for comparison runs).
     pub enabled: bool,
+    /// The adaptive concurrency limit: its bounds, target and queue.
     pub limiter: limiter::Settings,
     /// Above this fraction of `spool.max_bytes`, `low` routes are shed.
     pub spool_shed_low_above: f64,
@@ -52,6 +53,8 @@ pub enum Refusal {
     RateLimited(Duration),
 }
 
+/// Admission control for the request path: a slot per request that verifies and
+/// stores, shed by priority when the limit, the rate limit or the spool says so.
 pub struct Admission {
     origin: Instant,
     state: Mutex<State>,
@@ -322,6 +325,8 @@ impl Admission {
 }
 
 impl Permit {
+    /// Marks that the request did its work (verify, spool), so its time counts toward the
+    /// limit.
     pub fn worked(&mut self) {
         self.worked = true;
     }

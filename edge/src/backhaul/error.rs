@@ -9,8 +9,11 @@ pub enum DeliveryError {
     /// Worth retrying (origin down, timeout, overload); `after` is the origin's own hint.
     #[error("{reason}")]
     Retry {
+        /// The `reason` label of the retry metric.
         reason: &'static str,
+        /// What happened, for the log.
         detail: String,
+        /// How long the origin asked to wait, if it did.
         after: Option<Duration>,
     },
     /// The origin refused this event for good: keep it in the dead-letter store.

@@ -12,17 +12,29 @@ use prometheus_client::registry::Registry;
 /// Cheap to clone: every field is a shared handle.
 #[derive(Clone, Debug)]
 pub struct BackhaulMetrics {
+    /// Connections dialled to the origin.
     pub dials: Counter,
+    /// Connections to the origin ready to publish.
     pub ready_connections: Gauge,
+    /// Events the origin acknowledged.
     pub acks: Counter,
+    /// Of those, events the origin already had (a redelivery).
     pub duplicates: Counter,
+    /// Failed deliveries that will be retried, by reason.
     pub retries: Family<Reason, Counter>,
+    /// Events the origin refused for good, kept in the dead-letter store.
     pub dead_letters: Counter,
+    /// Time from publish to the origin's ack.
     pub publish_seconds: Histogram,
+    /// Time from receipt at the edge to the origin's ack.
     pub delivery_seconds: Histogram,
+    /// Stored events the origin has not acknowledged.
     pub lag_records: Gauge,
+    /// Their bytes.
     pub lag_bytes: Gauge,
+    /// Age of the oldest of them.
     pub oldest_undelivered_seconds: Gauge<f64, AtomicU64>,
+    /// The circuit breaker: 0 closed, 1 open, 2 half-open.
     pub breaker_state: Gauge,
 }
 

@@ -9,7 +9,9 @@ use crate::spool::record::Record;
 
 /// Where events go.
 pub enum Sink {
+    /// JetStream: publish, ack with the stream's sequence.
     Nats(Box<nats::NatsSink>),
+    /// An HTTP endpoint: POST, a 2xx is the ack.
     Http(http::HttpSink),
 }
 
@@ -40,6 +42,7 @@ impl Sink {
         }
     }
 
+    /// Delivers one record; `Ok` once the origin acknowledged it.
     pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
         match self {
             Sink::Nats(sink) => sink.deliver(record).await,

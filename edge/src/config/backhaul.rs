@@ -8,39 +8,55 @@ use edge_kit::config_file::FieldErrors;
 use edge_kit::secret::Secret;
 use serde::Deserialize;
 
+/// The `backhaul` section, validated.
 #[derive(Clone, Debug)]
 pub struct BackhaulSettings {
+    /// Where events go.
     pub sink: SinkSettings,
+    /// Deliveries in flight at once.
     pub max_in_flight: usize,
+    /// The first retry's delay; it doubles up to `retry_max`, with jitter.
     pub retry_base: Duration,
+    /// The longest delay between retries.
     pub retry_max: Duration,
+    /// Failures in a row that open the circuit breaker.
     pub breaker_failures: u32,
+    /// How long the breaker stays open before one probe.
     pub breaker_open_for: Duration,
 }
 
+/// The origin the backhaul delivers to.
 #[derive(Clone, Debug)]
 pub enum SinkSettings {
+    /// A NATS JetStream stream.
     Nats(NatsSettings),
+    /// An HTTP endpoint.
     Http(HttpSinkSettings),
 }
 
+/// An HTTP sink, validated.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpSinkSettings {
+    /// The URL events are POSTed to.
     pub url: String,
     /// Warm HTTP/2 connections kept open to the origin. Default 4.
     #[serde(default = "HttpSinkSettings::default_connections")]
     pub connections: usize,
+    /// TLS to the endpoint; `None`: the system roots.
     pub tls: Option<ClientTls>,
     /// One delivery attempt. Default 5s.
     #[serde(default = "default_publish_timeout", with = "humantime_serde")]
     pub timeout: Duration,
 }
 
+/// A NATS JetStream sink, validated.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NatsSettings {
+    /// The origin's servers (`nats://` or `tls://` URLs).
     pub servers: Vec<String>,
+    /// The JetStream stream events go to.
     pub stream: String,
     /// Create the stream (subjects `webhooks.>`) when it does not exist. Default false.
     #[serde(default)]
@@ -57,9 +73,13 @@ pub struct NatsSettings {
     /// (`subscribe: _INBOX.<pop>.>`), not every PoP's.
     #[serde(default = "NatsSettings::default_inbox_prefix")]
     pub inbox_prefix: String,
+    /// A NATS credentials file (JWT and seed).
     pub credentials: Option<PathBuf>,
+    /// A NATS token.
     pub token: Option<Secret<String>>,
+    /// An nkey seed.
     pub nkey: Option<Secret<String>>,
+    /// TLS to the servers; `None`: plain unless the URL says `tls://`.
     pub tls: Option<ClientTls>,
     /// Publish to PubAck, and the stream look-up, per attempt. Default 5s.
     #[serde(default = "default_publish_timeout", with = "humantime_serde")]
@@ -73,11 +93,15 @@ pub struct NatsSettings {
     pub reconnect_max: Duration,
 }
 
+/// TLS client settings for the origin.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientTls {
+    /// The CA that signed the origin's certificate; `None`: the system roots.
     pub ca: Option<PathBuf>,
+    /// A client certificate, for mutual TLS.
     pub client_cert: Option<PathBuf>,
+    /// Its key.
     pub client_key: Option<PathBuf>,
 }
 

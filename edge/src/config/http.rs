@@ -9,17 +9,23 @@ use serde::Deserialize;
 use crate::body_rate::BodyRate;
 use crate::deadline_io::Deadlines;
 
+/// The `http` section, validated: per-connection and per-request limits.
 #[derive(Clone, Debug)]
 pub struct HttpSettings {
+    /// Largest request head; past it, 431.
     pub max_header_bytes: usize,
+    /// Most header fields in a request; past it, 431.
     pub max_headers: usize,
+    /// Time for a whole request head to arrive; past it, 408.
     pub header_timeout: Duration,
+    /// HTTP/2 streams one connection may have open at once.
     pub h2_max_concurrent_streams: u32,
     /// HTTP/2 stream receive window: how much of a body a sender may send before the
     /// edge asks for more, so also the most it receives of a body it sheds.
     pub h2_stream_window: u32,
     /// HTTP/2 PING every `interval` on a quiet connection; no answer within `timeout` closes it.
     pub h2_keepalive_interval: Duration,
+    /// No PING answer within this closes the connection.
     pub h2_keepalive_timeout: Duration,
     /// Whole request, from dispatch to answer (body, verification, spool); past it, 503.
     pub request_timeout: Duration,

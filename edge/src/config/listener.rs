@@ -3,9 +3,12 @@
 use edge_kit::config_file::FieldErrors;
 use serde::Deserialize;
 
+/// The `listener` section, validated: the listening sockets' options.
 #[derive(Clone, Debug)]
 pub struct ListenerSettings {
+    /// The accept queue's length (`listen(2)` backlog).
     pub backlog: i32,
+    /// TCP Fast Open queue length; 0 turns TFO off.
     pub tcp_fastopen_queue: u32,
 }
 

@@ -35,17 +35,29 @@ use crate::admission::AdmissionSettings;
 /// Validated settings, ready to use.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// The PoP's name, on every metric and log line.
     pub pop: String,
+    /// Where webhooks are served (TLS).
     pub listen: Vec<SocketAddr>,
+    /// Where `/healthz`, `/readyz` and `/metrics` listen.
     pub admin_listen: SocketAddr,
+    /// Listening socket options.
     pub listener: ListenerSettings,
+    /// Certificates, versions, session resumption and 0-RTT.
     pub tls: TlsSettings,
+    /// The durable queue.
     pub spool: SpoolSettings,
+    /// Per-connection and per-request HTTP limits.
     pub http: HttpSettings,
+    /// Connection caps, overall and per source.
     pub connections: crate::conn_limits::Caps,
+    /// Load shedding.
     pub admission: AdmissionSettings,
+    /// After SIGTERM, how long `/readyz` fails while requests are still served.
     pub drain_grace: Duration,
+    /// Then, how long in-flight requests may take before connections close.
     pub shutdown_timeout: Duration,
+    /// The webhook routes.
     pub routes: Vec<Route>,
     /// Where spooled events go; `None` keeps them in the spool only.
     pub backhaul: Option<BackhaulSettings>,
@@ -61,6 +73,7 @@ impl Settings {
     }
 }
 
+/// Reads and validates the config file at `path`; every error names the file and the field.
 pub fn load(path: &Path) -> Result<Settings, ConfigErrors> {
     let files = SecretFiles::for_config(Some(path));
     edge_kit::config_file::load(path, |text| parse_with(text, &files))

@@ -19,13 +19,21 @@ use crate::verify::{self, Digest, Encoding, HmacSpec, Provider, Scheme, Verifier
 pub struct Route {
     /// Label for metrics, logs and spool records.
     pub name: String,
+    /// The URL path served.
     pub path: String,
+    /// The provider, which decides the signature scheme and the event id.
     pub provider: Provider,
+    /// Checks signatures with the route's secrets.
     pub verifier: Verifier,
+    /// A header that carries the event id instead of the provider's own.
     pub id_header: Option<HeaderName>,
+    /// Largest body accepted; past it, 413.
     pub max_body: u64,
+    /// The status answered once the event is stored.
     pub ack_status: StatusCode,
+    /// How many recent event ids are remembered to answer a redelivery as a duplicate.
     pub dedupe_window: usize,
+    /// What 0-RTT requests may do on this route.
     pub early_data: EarlyDataPolicy,
     /// Who is shed first under overload (by default from how the provider retries).
     pub priority: Priority,

@@ -7,11 +7,16 @@ use bytesize::ByteSize;
 use edge_kit::config_file::FieldErrors;
 use serde::Deserialize;
 
+/// The `spool` section, validated.
 #[derive(Clone, Debug)]
 pub struct SpoolSettings {
+    /// The spool's directory.
     pub dir: PathBuf,
+    /// Past this, appends are refused with 503.
     pub max_bytes: u64,
+    /// Size of one segment file.
     pub segment_bytes: u64,
+    /// Longest an append waits for others to share its fsync.
     pub max_batch_delay: Duration,
     /// Fraction of `max_bytes` above which `/readyz` fails.
     pub high_water: f64,

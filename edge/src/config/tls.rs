@@ -7,12 +7,18 @@ use bytesize::ByteSize;
 use edge_kit::config_file::FieldErrors;
 use serde::Deserialize;
 
+/// The `tls` section, validated.
 #[derive(Clone, Debug)]
 pub struct TlsSettings {
+    /// The default certificate.
     pub identity: Identity,
+    /// Certificates chosen by SNI name.
     pub sni: Vec<SniCert>,
+    /// The oldest TLS version accepted.
     pub min_version: TlsVersion,
+    /// Time for a TLS handshake to finish.
     pub handshake_timeout: Duration,
+    /// How sessions are resumed.
     pub session_tickets: SessionTickets,
     /// TLS 1.3 0-RTT: at most this many early bytes per connection; `None` = off.
     pub early_data: Option<u32>,
@@ -27,32 +33,45 @@ pub enum SessionTickets {
     Stateful,
     /// Tickets encrypted with keys every PoP holds: resumption at any PoP, never 0-RTT.
     Shared {
+        /// The file of shared ticket keys (the first one encrypts).
         key_file: PathBuf,
+        /// How long a ticket is valid.
         lifetime: Duration,
     },
 }
 
+/// The certificate the edge presents.
 #[derive(Clone, Debug)]
 pub enum Identity {
+    /// A certificate chain and its key, from PEM files.
     Files {
+        /// The chain.
         cert: PathBuf,
+        /// The key.
         key: PathBuf,
     },
     /// Generated at start, for a dev box only.
     SelfSigned,
 }
 
+/// A certificate for one SNI name.
 #[derive(Clone, Debug)]
 pub struct SniCert {
+    /// The name clients ask for.
     pub server_name: String,
+    /// The chain's PEM file.
     pub cert: PathBuf,
+    /// The key's PEM file.
     pub key: PathBuf,
 }
 
+/// A TLS protocol version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 pub enum TlsVersion {
+    /// TLS 1.2.
     #[serde(rename = "1.2")]
     Tls12,
+    /// TLS 1.3.
     #[serde(rename = "1.3")]
     Tls13,
 }

@@ -8,24 +8,40 @@ use bytes::Bytes;
 /// A webhook ready to be stored: verified, with its event id.
 #[derive(Debug)]
 pub struct NewEvent {
+    /// Unix time in milliseconds when the request arrived.
     pub received_ms: u64,
+    /// Whether it came as TLS early data (0-RTT).
     pub early: bool,
+    /// The route's name.
     pub route: Arc<str>,
+    /// The event id (the delivery id, or a digest of the body).
     pub event_id: String,
+    /// The headers kept with the event.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The body as received.
     pub body: Bytes,
 }
 
+/// What an append did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Appended {
-    /// Stored under this sequence number and durable.
-    Stored { seq: u64 },
-    /// The route's recent window already holds this event id, durable under `seq`.
-    Duplicate { seq: u64 },
+    /// Stored and durable.
+    Stored {
+        /// Its sequence number.
+        seq: u64,
+    },
+    /// The route's recent window already holds this event id: a redelivery, not stored
+    /// again.
+    Duplicate {
+        /// The sequence number it is durable under.
+        seq: u64,
+    },
 }
 
+/// Why an append was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AppendError {
+    /// The spool is at `max_bytes`.
     #[error("spool is over its max_bytes")]
     Full,
     /// The filesystem under the spool has no room (ENOSPC, EDQUOT); passes by itself
@@ -36,6 +52,7 @@ pub enum AppendError {
     /// so the spool refuses every later append until the process restarts.
     #[error("spool failed: {0}")]
     Failed(String),
+    /// The spool is shutting down.
     #[error("spool is shut down")]
     Closed,
     /// The record has a field over the format's limits (the config's head limits

@@ -29,7 +29,9 @@ pub fn dump(dir: &Path) -> io::Result<Vec<Record>> {
 /// What `edge spool-verify` found.
 #[derive(Debug, Default)]
 pub struct Inspection {
+    /// Segment files read.
     pub segments: usize,
+    /// Whole records found.
     pub records: u64,
     /// Damaged regions, oldest first.
     pub damaged: Vec<DamagedRegion>,
@@ -49,9 +51,13 @@ pub struct Inspection {
 /// One damaged region and the records it cost.
 #[derive(Debug)]
 pub struct DamagedRegion {
+    /// The segment file.
     pub segment: PathBuf,
+    /// Where the region starts.
     pub offset: usize,
+    /// Its length.
     pub bytes: usize,
+    /// Why its first frame failed.
     pub error: FrameError,
     /// The sequence numbers whose records were in it (`None` when the segment gives no
     /// bound).
@@ -63,7 +69,9 @@ pub struct DamagedRegion {
 /// A segment with no readable header and no frame to find its seed from again.
 #[derive(Debug)]
 pub struct UnreadableSegment {
+    /// The segment file.
     pub segment: PathBuf,
+    /// Why its header cannot be read.
     pub why: String,
     /// Its sequence numbers, from its name to the next segment's (for the newest, to the
     /// highest its frames still name).
@@ -73,6 +81,7 @@ pub struct UnreadableSegment {
 }
 
 impl Inspection {
+    /// Whether anything was damaged or unreadable.
     pub fn is_damaged(&self) -> bool {
         !self.damaged.is_empty()
             || !self.unreadable.is_empty()

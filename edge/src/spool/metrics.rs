@@ -14,15 +14,21 @@ use super::append::{AppendError, Appended};
 /// Cheap to clone: every field is a shared handle.
 #[derive(Clone, Debug)]
 pub struct SpoolMetrics {
+    /// Appends, by result.
     pub appends: Family<Reason, Counter>,
+    /// Bytes on disk.
     pub bytes: Gauge,
     /// `bytes` as a fraction of `spool.max_bytes`.
     pub fill_ratio: Gauge<f64, AtomicU64>,
     /// `spool.high_water`: above it `/readyz` fails.
     pub high_water_ratio: Gauge<f64, AtomicU64>,
+    /// Segment files.
     pub segments: Gauge,
+    /// Stored records the backhaul has not confirmed.
     pub backlog_records: Gauge,
+    /// Time each fsync took.
     pub fsync_seconds: Histogram,
+    /// Records per committed batch.
     pub batch_records: Histogram,
     /// Segments the writer moved to, by how they were made.
     pub rolls: Family<Reason, Counter>,
@@ -31,6 +37,7 @@ pub struct SpoolMetrics {
     /// Records the backhaul found lost to damage (or in a quarantined segment) and
     /// skipped, and the damaged bytes it skipped.
     pub damaged_records: Counter,
+    /// Bytes skipped with them.
     pub damaged_bytes: Counter,
 }
 

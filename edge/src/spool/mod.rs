@@ -180,10 +180,12 @@ impl Spool {
         }
     }
 
+    /// The spool's directory.
     pub fn dir(&self) -> &std::path::Path {
         &self.shared.dir
     }
 
+    /// The sequence number of the newest record known to be on disk.
     pub fn durable_seq(&self) -> u64 {
         self.shared.durable_seq.load(Ordering::Acquire)
     }

@@ -19,6 +19,7 @@ use super::scan::resume_after;
 use super::segments::{list_segments, segment_path};
 use super::shared::Shared;
 
+/// Reads stored records in order, from the checkpoint on, for the backhaul.
 pub struct SpoolReader {
     shared: Arc<Shared>,
     metrics: SpoolMetrics,
@@ -32,7 +33,9 @@ pub struct SpoolReader {
 /// before them because their records are lost.
 #[derive(Debug, Default)]
 pub struct Batch {
+    /// Whole records, in sequence order.
     pub records: Vec<Record>,
+    /// Sequence numbers lost to damage: nothing to deliver for them.
     pub lost: Vec<RangeInclusive<u64>>,
 }
 

@@ -28,6 +28,7 @@
 
 use std::fmt;
 
+/// Bytes before each frame's payload: its length and its CRC.
 pub const FRAME_HEADER_LEN: usize = 8;
 /// A frame claiming more than this is corrupt (bodies are capped far below it).
 pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
@@ -37,7 +38,9 @@ pub const MAX_PAYLOAD_LEN: usize = 256 << 20;
 pub enum SegmentFormat {
     /// Written by releases before the seeded check; read, never written.
     V1,
+    /// Frames checked with a CRC seeded per segment.
     V2 {
+        /// The segment's seed.
         seed: u32,
     },
 }
@@ -48,6 +51,7 @@ pub enum HeaderError {
     /// Shorter than a header: the segment was created but its header never made it.
     #[error("segment header incomplete")]
     Torn,
+    /// Not a spool segment: bad magic and no intact seed.
     #[error("not a spool segment (bad magic, no intact seed)")]
     Unreadable,
 }
@@ -73,6 +77,7 @@ impl SegmentFormat {
         }
     }
 
+    /// Bytes of a segment header in this format.
     pub fn header_len(&self) -> usize {
         match self {
             SegmentFormat::V1 => MAGIC_V1.len(),
@@ -236,15 +241,21 @@ const FLAG_EARLY: u8 = 1;
 /// One stored webhook, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
+    /// The record's sequence number.
     pub seq: u64,
     /// Unix time in milliseconds when the edge received the request.
     pub received_ms: u64,
     /// The request arrived as TLS 0-RTT early data.
     pub early: bool,
+    /// The PoP that stored it.
     pub pop: String,
+    /// The route it came in on.
     pub route: String,
+    /// Its event id.
     pub event_id: String,
+    /// The headers kept with it.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The body.
     pub body: Vec<u8>,
 }
 
@@ -252,13 +263,21 @@ pub struct Record {
 /// segments and needs only a few fields of each record).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordView<'a> {
+    /// The record's sequence number.
     pub seq: u64,
+    /// Unix time in milliseconds when the edge received the request.
     pub received_ms: u64,
+    /// Whether it came as TLS early data.
     pub early: bool,
+    /// The PoP that stored it.
     pub pop: &'a str,
+    /// The route it came in on.
     pub route: &'a str,
+    /// Its event id.
     pub event_id: &'a str,
+    /// The headers kept with it.
     pub headers: Vec<(&'a str, &'a [u8])>,
+    /// The body.
     pub body: &'a [u8],
 }
 
@@ -268,6 +287,7 @@ pub struct RecordView<'a> {
 #[error("record field over the spool format's limit")]
 pub struct FieldTooLarge;
 
+/// Why a frame cannot be read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FrameError {
     /// The bytes end before the frame does: a write that did not finish.
@@ -286,6 +306,7 @@ impl fmt::Display for FrameError {
 }
 
 impl Record {
+    /// The record, borrowed.
     pub fn view(&self) -> RecordView<'_> {
         RecordView {
             seq: self.seq,
@@ -305,6 +326,7 @@ impl Record {
 }
 
 impl RecordView<'_> {
+    /// The record, owned.
     pub fn to_owned_record(&self) -> Record {
         Record {
             seq: self.seq,

@@ -27,10 +27,15 @@ use crate::config::SpoolSettings;
 /// What recovery found and did, for the start-up log.
 #[derive(Clone, Debug, Default)]
 pub struct RecoveryReport {
+    /// Segment files read.
     pub segments: usize,
+    /// Whole records found.
     pub records: u64,
+    /// The checkpoint: every record up to it was delivered.
     pub checkpoint: u64,
+    /// The next append's sequence number.
     pub next_seq: u64,
+    /// Torn tails cut off (writes that never finished).
     pub cut: Vec<CutTail>,
     /// Damaged regions kept in place (the records around them are read).
     pub damaged: usize,

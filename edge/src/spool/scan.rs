@@ -14,6 +14,7 @@ use super::record::{
     may_start_frame, salvage,
 };
 
+/// What one segment file holds: its format, its whole records and its damage.
 #[derive(Debug)]
 pub struct SegmentScan<'a> {
     /// How the segment's frames are checked; an error when its header is unreadable and
@@ -35,15 +36,20 @@ pub struct SegmentScan<'a> {
 /// A whole record and where its frame is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scanned<'a> {
+    /// The record.
     pub record: RecordView<'a>,
+    /// Where its frame starts.
     pub offset: usize,
+    /// The frame's length.
     pub len: usize,
 }
 
 /// A region of a segment that holds no whole record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Damage {
+    /// Where the region starts.
     pub offset: usize,
+    /// Its length.
     pub len: usize,
     /// Why the first frame in it failed.
     pub error: FrameError,
@@ -55,6 +61,7 @@ pub struct Damage {
     pub named: Vec<(u64, String)>,
 }
 
+/// Reads a whole segment file's bytes: every record it holds and every damaged region.
 pub fn scan_segment(bytes: &[u8]) -> SegmentScan<'_> {
     let detected = SegmentFormat::detect(bytes);
     let mut scan = SegmentScan {

@@ -7,18 +7,26 @@ use http::{HeaderMap, HeaderName};
 
 use super::signed_head::{Digest, Signatures, SignedHead, VerifyError};
 
+/// How a signature is written in its header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
+    /// Hexadecimal.
     Hex,
+    /// Base64.
     Base64,
 }
 
+/// A generic HMAC signature: a header holding the digest of the body.
 #[derive(Clone, Debug)]
 pub struct HmacSpec {
+    /// The header that carries the signature.
     pub header: HeaderName,
+    /// The digest.
     pub digest: Digest,
+    /// How it is encoded.
     pub encoding: Encoding,
+    /// Text before the signature in the header (`sha256=`), removed before decoding.
     pub prefix: String,
 }
 

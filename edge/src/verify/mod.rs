@@ -43,15 +43,22 @@ pub const MAX_SECRETS: usize = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
+    /// GitHub (`X-Hub-Signature-256`).
     Github,
+    /// Stripe (`Stripe-Signature`, timestamped).
     Stripe,
+    /// Shopify (`X-Shopify-Hmac-Sha256`).
     Shopify,
+    /// Slack (`X-Slack-Signature`, timestamped).
     Slack,
+    /// Standard Webhooks (`webhook-signature`, timestamped).
     Standard,
+    /// Any other HMAC over the body, as the route configures it.
     Hmac,
 }
 
 impl Provider {
+    /// The provider's name, as in the config file and the metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Github => "github",
@@ -72,13 +79,29 @@ pub struct Verifier {
     secrets: Vec<Vec<u8>>,
 }
 
+/// How a route's signatures are checked.
 #[derive(Clone, Debug)]
 pub enum Scheme {
+    /// HMAC-SHA256 of the body.
     Github,
-    Stripe { tolerance: Duration },
+    /// HMAC-SHA256 of `timestamp.body`.
+    Stripe {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
+    /// HMAC-SHA256 of the body, base64.
     Shopify,
-    Slack { tolerance: Duration },
-    Standard { tolerance: Duration },
+    /// HMAC-SHA256 of `v0:timestamp:body`.
+    Slack {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
+    /// HMAC-SHA256 of `id.timestamp.body`, base64.
+    Standard {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
+    /// A configured HMAC.
     Hmac(HmacSpec),
 }
 
@@ -89,6 +112,7 @@ impl Verifier {
         Self { scheme, secrets }
     }
 
+    /// The scheme this verifier checks.
     pub fn scheme(&self) -> &Scheme {
         &self.scheme
     }

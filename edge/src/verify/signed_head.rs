@@ -10,7 +10,9 @@ use http::HeaderMap;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Digest {
+    /// SHA-256.
     Sha256,
+    /// SHA-512.
     Sha512,
 }
 
@@ -28,19 +30,25 @@ impl Digest {
 /// as a metric label: it never contains secret material.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VerifyError {
+    /// The header is missing.
     #[error("missing header {0}")]
     MissingHeader(&'static str),
+    /// The header cannot be parsed.
     #[error("malformed header {0}")]
     MalformedHeader(&'static str),
+    /// The signed timestamp is older than the tolerance.
     #[error("timestamp outside the tolerance (too old)")]
     StaleTimestamp,
+    /// The signed timestamp is further ahead than the tolerance.
     #[error("timestamp outside the tolerance (in the future)")]
     FutureTimestamp,
+    /// No secret gives this signature.
     #[error("no signature matches any configured secret")]
     Mismatch,
 }
 
 impl VerifyError {
+    /// The `reason` label of the verification-failure metric.
     pub fn reason(&self) -> &'static str {
         match self {
             VerifyError::MissingHeader(_) => "missing_header",
