@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::Deserialize;
 
+/// The Grafana dashboard's queries, as the monitoring role ships it.
 pub struct Dashboard {
     /// The template variables' names (`pop`, `datasource`).
     pub variables: Vec<String>,
+    /// Its graph panels.
     pub panels: Vec<Panel>,
     /// The annotation queries' expressions.
     pub annotations: Vec<String>,
@@ -17,8 +19,11 @@ pub struct Dashboard {
 
 /// A graph panel under its row.
 pub struct Panel {
+    /// The row the panel is under.
     pub row: String,
+    /// The panel's title.
     pub title: String,
+    /// Its queries' expressions.
     pub exprs: Vec<String>,
 }
 
@@ -29,6 +34,7 @@ impl Dashboard {
             .join("../../ansible/roles/monitoring/files/webhook-edge.dashboard.json")
     }
 
+    /// Reads the dashboard JSON at `path`.
     pub fn load(path: &Path) -> anyhow::Result<Dashboard> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

@@ -3,6 +3,7 @@
 //! it, `sender` is the client's webhook load, `origin` reads what reached the origin
 //! queue, `prometheus` what the lab's Prometheus sees and `dashboard` the fleet's Grafana
 //! dashboard as queries; `readme` hands the README's example configs to the tests.
+#![warn(missing_docs)]
 
 pub mod dashboard;
 pub mod machine;
@@ -68,6 +69,7 @@ macro_rules! require_root {
     };
 }
 
+/// Where `lab up` keeps per-node directories, pidfiles and logs.
 pub const DEFAULT_STATE_DIR: &str = "/run/webhook-lab";
 /// The lab origin's NATS servers, comma-separated.
 pub const ORIGIN_SERVERS: &str = "nats://10.0.3.2:4222,nats://10.0.3.3:4222,nats://10.0.3.4:4222";

@@ -14,7 +14,9 @@ use anyhow::{Context, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// A booted Debian PoP machine (systemd-nspawn), reached through its namespace.
 pub struct Machine {
+    /// Its name (also its hostname and machine name).
     pub name: String,
     /// The network namespace it shares with its lab node.
     pub netns: String,

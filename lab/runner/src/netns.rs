@@ -13,6 +13,7 @@ pub fn namespace(node: &str) -> String {
     format!("{PREFIX}{node}")
 }
 
+/// Whether the named network namespace exists.
 pub fn exists(ns: &str) -> bool {
     std::path::Path::new("/run/netns").join(ns).exists()
 }
@@ -50,12 +51,14 @@ pub fn lab_nodes() -> Vec<String> {
 pub struct Netns(String);
 
 impl Netns {
+    /// Creates the namespace `name` with `lo` up.
     pub fn create(name: impl Into<String>) -> anyhow::Result<Netns> {
         let name = name.into();
         create(&name)?;
         Ok(Netns(name))
     }
 
+    /// The namespace's name.
     pub fn name(&self) -> &str {
         &self.0
     }
@@ -71,7 +74,9 @@ impl Drop for Netns {
 /// started inside them. On drop the processes are killed by PID, then the namespaces
 /// (and the veths with them) are deleted.
 pub struct VethPair {
+    /// The first end's namespace.
     pub a: Netns,
+    /// The second end's namespace.
     pub b: Netns,
     children: Vec<Child>,
 }

@@ -15,9 +15,13 @@ use serde::{Deserialize, Serialize};
 /// when `None`).
 #[derive(Clone, Debug)]
 pub struct OriginAccess {
+    /// The origin's servers.
     pub servers: Vec<String>,
+    /// The CA that signed their certificates.
     pub ca: Option<PathBuf>,
+    /// The nkey seed file of the identity used.
     pub seed_file: Option<PathBuf>,
+    /// The inbox prefix replies come to.
     pub inbox_prefix: Option<String>,
 }
 
@@ -73,30 +77,38 @@ pub struct Probe {
     pub reads_other_inbox: bool,
 }
 
+/// One event as it reached the origin's stream.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Arrival {
+    /// Its event id.
     pub id: String,
+    /// The PoP that delivered it.
     pub pop: String,
 }
 
 /// The stream's replication, as its leader reports it.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Replication {
+    /// The replica that leads the stream.
     pub leader: String,
     /// Every replica but the leader.
     pub peers: Vec<Peer>,
 }
 
+/// One replica of the stream.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Peer {
+    /// Its server's name.
     pub name: String,
     /// Caught up with the leader.
     pub current: bool,
+    /// The leader reports it offline.
     pub offline: bool,
     /// Operations behind the leader.
     pub lag: u64,
 }
 
+/// Asks the stream's leader how its replicas stand.
 pub async fn replication(access: &OriginAccess, stream: &str) -> anyhow::Result<Replication> {
     // Short, so that a caller polling through a leader election sees its end promptly:
     // a request that reached the dead leader waits out this timeout, not the client's
@@ -125,6 +137,7 @@ pub async fn replication(access: &OriginAccess, stream: &str) -> anyhow::Result<
     })
 }
 
+/// Every event in the stream, oldest first.
 pub async fn arrivals(access: &OriginAccess, stream: &str) -> anyhow::Result<Vec<Arrival>> {
     use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
     let client = access.connect(Duration::from_secs(10)).await?;

@@ -18,8 +18,11 @@ pub struct Prometheus {
 /// An alert the rules hold: pending (its `for:` not yet elapsed) or firing.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Alert {
+    /// The alert's labels (`alertname`, `pop`, …).
     pub labels: BTreeMap<String, String>,
+    /// `pending` or `firing`.
     pub state: String,
+    /// When it became active (RFC 3339).
     #[serde(rename = "activeAt")]
     pub active_at: String,
 }
@@ -46,10 +49,12 @@ impl Prometheus {
         bail!("no node of the topology runs prometheus")
     }
 
+    /// The node Prometheus runs on.
     pub fn node(&self) -> &str {
         &self.node
     }
 
+    /// The alerts pending or firing now.
     pub fn alerts(&self) -> anyhow::Result<Vec<Alert>> {
         let data = self.api("/api/v1/alerts", &[])?;
         serde_json::from_value(data["alerts"].clone()).context("reading /api/v1/alerts")
@@ -83,10 +88,12 @@ impl Prometheus {
 }
 
 impl Alert {
+    /// The alert's name.
     pub fn name(&self) -> &str {
         self.label("alertname")
     }
 
+    /// Whether it fires (not only pending).
     pub fn firing(&self) -> bool {
         self.state == "firing"
     }

@@ -14,7 +14,9 @@ use nix::unistd::Pid;
 use crate::netns::{self, namespace};
 use crate::topology::{PathMap, Service, Topology};
 
+/// A topology run as network namespaces: where its files and state are.
 pub struct Lab {
+    /// The parsed topology file.
     pub topology: Topology,
     /// The directory of the topology file: bind sources are relative to it.
     pub source_dir: PathBuf,
@@ -25,6 +27,7 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// Reads `topology_file`; state goes under `state_dir`, binaries come from `bin_dir`.
     pub fn load(topology_file: &Path, state_dir: &Path, bin_dir: &Path) -> anyhow::Result<Lab> {
         let text = std::fs::read_to_string(topology_file)
             .with_context(|| format!("reading {}", topology_file.display()))?;
@@ -237,6 +240,7 @@ impl Lab {
             .collect())
     }
 
+    /// How `node`'s container paths map onto the host.
     pub fn paths(&self, node: &str) -> PathMap {
         PathMap {
             node_root: self.state_dir.join(node).join("root").display().to_string(),
@@ -244,6 +248,7 @@ impl Lab {
         }
     }
 
+    /// The log file of `service` on `node`.
     pub fn log(&self, node: &str, service: &str) -> PathBuf {
         self.state_dir
             .join(node)

@@ -12,39 +12,51 @@ use serde::{Deserialize, Serialize};
 /// What to send (also the `lab send` options).
 #[derive(Clone, Debug, clap::Args)]
 pub struct Plan {
+    /// Where webhooks are sent.
     #[arg(long, default_value = "https://192.0.2.10/hooks/github")]
     pub url: String,
     /// Webhooks per second.
     #[arg(long, default_value_t = 50)]
     pub rate: u32,
+    /// How long to send.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub duration: Duration,
+    /// The GitHub webhook secret signatures are made with.
     #[arg(long, default_value = "lab-github-secret")]
     pub secret: String,
+    /// Delivery ids are this prefix and a counter.
     #[arg(long, default_value = "lab")]
     pub id_prefix: String,
+    /// One request's time limit.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 
+/// What happened to one webhook.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Outcome {
+    /// Its delivery id.
     pub id: String,
     /// Unix time in ms when the request left and when it ended.
     pub sent_ms: u64,
+    /// Unix time in ms when it ended.
     pub done_ms: u64,
     /// None: no answer (connect refused, reset, timeout).
     pub status: Option<u16>,
+    /// The PoP that answered (its `edge-pop` header).
     pub pop: Option<String>,
+    /// Why there was no answer.
     pub error: Option<String>,
 }
 
 impl Outcome {
+    /// Whether the edge acknowledged it (2xx).
     pub fn acked(&self) -> bool {
         self.status.is_some_and(|s| (200..300).contains(&s))
     }
 }
 
+/// Sends `plan`'s webhooks at its rate and returns every outcome.
 pub async fn send(plan: Plan) -> anyhow::Result<Vec<Outcome>> {
     let client = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)

@@ -7,60 +7,81 @@ use std::collections::BTreeMap;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+/// A containerlab topology file, as far as the lab reads it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
+    /// The lab's name.
     pub name: String,
+    /// Its nodes and links.
     pub topology: Graph,
 }
 
+/// The nodes and the links between them.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Graph {
+    /// Every node, by name.
     pub nodes: BTreeMap<String, Node>,
+    /// The links.
     #[serde(default)]
     pub links: Vec<Link>,
 }
 
+/// One node: what containerlab would run, read as a namespace's setup.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Node {
+    /// containerlab's kind (`linux`).
     pub kind: String,
+    /// The container image (unused by the namespace runner).
     pub image: String,
+    /// Bind mounts, `source:target`.
     #[serde(default)]
     pub binds: Vec<String>,
+    /// Commands run at start-up.
     #[serde(default)]
     pub exec: Vec<String>,
+    /// Environment of its services.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Labels; `lab.service.NAME` ones are long-running processes.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
 }
 
+/// A veth between two nodes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Link {
+    /// Its ends, `node:interface`.
     pub endpoints: [String; 2],
 }
 
 /// One end of a link: a node's interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
+    /// The node.
     pub node: String,
+    /// The interface.
     pub interface: String,
 }
 
 /// A bind mount: a file under the topology's directory seen at `target` in the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bind {
+    /// The file, relative to the topology's directory.
     pub source: String,
+    /// Where the node sees it.
     pub target: String,
 }
 
 /// A long-running process of a node: its label name and command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Service {
+    /// The service's name.
     pub name: String,
+    /// Its command line.
     pub command: String,
 }
 
@@ -98,10 +119,12 @@ impl Topology {
         Ok(topology)
     }
 
+    /// Every node, by name.
     pub fn nodes(&self) -> impl Iterator<Item = (&String, &Node)> {
         self.topology.nodes.iter()
     }
 
+    /// The node called `name`.
     pub fn node(&self, name: &str) -> anyhow::Result<&Node> {
         self.topology
             .nodes
@@ -109,6 +132,7 @@ impl Topology {
             .with_context(|| format!("no node {name} in the topology"))
     }
 
+    /// Both ends of `link`, parsed.
     pub fn endpoints(&self, link: &Link) -> anyhow::Result<[Endpoint; 2]> {
         let parse = |text: &str| -> anyhow::Result<Endpoint> {
             let (node, interface) = text
@@ -135,6 +159,7 @@ impl Topology {
 }
 
 impl Node {
+    /// The node's bind mounts, parsed.
     pub fn binds(&self) -> anyhow::Result<Vec<Bind>> {
         self.binds
             .iter()
@@ -175,6 +200,7 @@ impl Node {
             .collect()
     }
 
+    /// The service `name` of this node.
     pub fn service(&self, name: &str) -> anyhow::Result<Service> {
         self.services()?
             .into_iter()
@@ -188,7 +214,9 @@ impl Node {
 /// workspace's release binaries.
 #[derive(Clone, Debug)]
 pub struct PathMap {
+    /// The node's own directory (`/etc`, `/var`, `/run` go under it).
     pub node_root: String,
+    /// The release binaries (`/usr/local/bin`).
     pub bin_dir: String,
 }
 

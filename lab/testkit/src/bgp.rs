@@ -8,17 +8,25 @@ use std::process::Command;
 use ::lab::netns;
 use std::time::{Duration, Instant};
 
+/// The anycast prefix the agent announces.
 pub const VIP: &str = "192.0.2.10/32";
+/// The upstream router's address on the veth.
 pub const UP_ADDR: &str = "198.51.100.1";
+/// The PoP's address on the veth.
 pub const POP_ADDR: &str = "198.51.100.2";
 
+/// An upstream namespace and a PoP namespace, with their files in a temporary directory.
 pub struct Lab {
+    /// The upstream namespace's name.
     pub up: String,
+    /// The PoP namespace's name.
     pub pop: String,
+    /// Configs and logs.
     pub dir: tempfile::TempDir,
     net: netns::VethPair,
 }
 
+/// The `bgp-agent` binary.
 pub fn agent_bin() -> &'static str {
     crate::built_binary("bgp-agent")
 }
@@ -42,6 +50,7 @@ impl Lab {
         }
     }
 
+    /// A file in the lab's directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -52,6 +61,7 @@ impl Lab {
         self.net.spawn(ns, args, &log)
     }
 
+    /// BIRD in the upstream namespace: AS 65000, importing what the PoP announces into the kernel table.
     pub fn start_upstream_bird(&mut self) {
         let conf = self.path("up-bird.conf");
         std::fs::write(
@@ -311,14 +321,17 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
         }
     }
 
+    /// The text of the log file `name`.
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap_or_default()
     }
 
+    /// Sends `signal` to `pid`.
     pub fn kill(&mut self, pid: u32, signal: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
     }
 
+    /// Waits up to `limit` for `pid` to exit; whether it did.
     pub fn wait_exit(&mut self, pid: u32, limit: Duration) -> bool {
         let started = Instant::now();
         while started.elapsed() < limit {

@@ -17,6 +17,7 @@ pub struct LabCli {
 }
 
 impl LabCli {
+    /// `lab up`, waiting until the router has both PoPs as next hops.
     pub fn up() -> LabCli {
         let lab = LabCli::started(&["up"]);
         lab.wait_next_hops(2, Duration::from_secs(30));
@@ -37,6 +38,7 @@ impl LabCli {
         lab
     }
 
+    /// Runs `lab ARGS` and returns its stdout; panics with its stderr on failure.
     pub fn run(&self, args: &[&str]) -> String {
         self.try_run(args)
             .unwrap_or_else(|e| panic!("lab {args:?}: {e}"))
@@ -95,6 +97,7 @@ impl LabCli {
         services
     }
 
+    /// Starts `lab ARGS` without waiting.
     pub fn spawn(&self, args: &[&str]) -> Child {
         Command::new(lab_bin())
             .args(args)
@@ -125,6 +128,7 @@ impl LabCli {
         Load { child }
     }
 
+    /// The router's next hops for the VIP now.
     pub fn next_hops(&self) -> Vec<String> {
         router_next_hops()
     }
@@ -217,6 +221,7 @@ impl LabCli {
         }
     }
 
+    /// Starts the three origin servers again.
     pub fn start_origin(&self) {
         for server in ORIGIN_SERVERS {
             self.run(&["start", "origin", server]);
@@ -260,6 +265,7 @@ impl LabCli {
         serde_json::from_str(line.trim()).unwrap()
     }
 
+    /// Every event at the origin, or why it cannot be read.
     pub fn origin(&self) -> Result<Vec<Arrival>, String> {
         let lines = self.try_run(&[&client_lab()[..], &["origin"]].concat())?;
         lines
@@ -320,6 +326,7 @@ impl LabCli {
         self.assert_at_origin_once(outcomes, timeout);
     }
 
+    /// Every acknowledged webhook of every load is at the origin exactly once.
     pub fn verify_origin_has_every_ack(&self) {
         let all = self.all.borrow();
         self.assert_at_origin_once(&all, Duration::from_secs(30));
@@ -414,11 +421,13 @@ impl Drop for LabCli {
     }
 }
 
+/// A `lab send` running in the client.
 pub struct Load {
     child: Child,
 }
 
 impl Load {
+    /// Waits for the load to end and returns its outcomes.
     pub fn finish(self, lab: &LabCli) -> Vec<Outcome> {
         let output = self.child.wait_with_output().unwrap();
         assert!(
@@ -475,6 +484,7 @@ pub struct RouterLog {
 }
 
 impl RouterWatch {
+    /// Starts sampling the router's next hops every 20 ms.
     pub fn start() -> RouterWatch {
         use std::sync::atomic::{AtomicBool, Ordering};
         let watching = std::sync::Arc::new(AtomicBool::new(true));
@@ -493,6 +503,7 @@ impl RouterWatch {
         RouterWatch { watching, sampler }
     }
 
+    /// Stops sampling and returns what was seen.
     pub fn stop(self) -> RouterLog {
         self.watching
             .store(false, std::sync::atomic::Ordering::Relaxed);
@@ -503,6 +514,7 @@ impl RouterWatch {
 }
 
 impl RouterLog {
+    /// The fewest next hops any sample had.
     pub fn fewest_paths(&self) -> usize {
         self.samples
             .iter()
@@ -549,6 +561,7 @@ impl RouterLog {
     }
 }
 
+/// The first few webhooks that were not acknowledged, for a message.
 pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
     outcomes
         .iter()
@@ -558,6 +571,7 @@ pub fn failures(outcomes: &[Outcome]) -> Vec<String> {
         .collect()
 }
 
+/// Unix time in milliseconds.
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -565,7 +579,9 @@ pub fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// The anycast VIP.
 pub const VIP: &str = "192.0.2.10";
+/// The anycast VIP, IPv6.
 pub const VIP6: &str = "2001:db8:a::10";
 
 /// The lab's GitHub webhook route at `vip`.
@@ -597,4 +613,5 @@ pub const ORIGIN_SERVERS: [&str; 3] = ["nats-1", "nats-2", "nats-3"];
 
 /// The PoPs' addresses on their links to the router (the router's next hops).
 pub const POP_A_ADDR: &str = "10.0.1.2";
+/// PoP b's address on its link to the router.
 pub const POP_B_ADDR: &str = "10.0.2.2";

@@ -2,6 +2,7 @@
 //! run on loopback with a certificate and signed webhooks (`edge`), the agent's BIRD
 //! and ExaBGP namespaces (`bgp`), the XDP filter's veth pair and crafted packets (`xdp`,
 //! `packets`), and the `lab` binary driven as a user would (`e2e`).
+#![warn(missing_docs)]
 #![allow(
     clippy::expect_used,
     reason = "test fixtures: a failed one stops the test where it says"

@@ -5,21 +5,32 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+/// TCP flag FIN.
 pub const FIN: u8 = 0x01;
+/// TCP flag SYN.
 pub const SYN: u8 = 0x02;
+/// TCP flag RST.
 pub const RST: u8 = 0x04;
+/// TCP flag PSH.
 pub const PSH: u8 = 0x08;
+/// TCP flag ACK.
 pub const ACK: u8 = 0x10;
+/// TCP flag URG.
 pub const URG: u8 = 0x20;
 
+/// An Ethernet frame to craft: VLAN tags, ethertype and the bytes after them.
 #[derive(Clone)]
 pub struct Packet {
+    /// 802.1Q tags, outermost first.
     pub vlans: Vec<u16>,
+    /// The ethertype after the tags.
     pub ethertype: u16,
+    /// The layer-3 packet.
     pub l3: Vec<u8>,
 }
 
 impl Packet {
+    /// The frame's bytes on the wire.
     pub fn bytes(&self) -> Vec<u8> {
         let mut wire = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
         // Each tag: the TPID where the ethertype would be, then the TCI; the real
@@ -33,12 +44,14 @@ impl Packet {
         wire
     }
 
+    /// The same frame with one more VLAN tag.
     pub fn vlan(mut self, vid: u16) -> Packet {
         self.vlans.push(vid);
         self
     }
 }
 
+/// An ARP request.
 pub fn arp() -> Packet {
     Packet {
         vlans: vec![],
@@ -47,6 +60,7 @@ pub fn arp() -> Packet {
     }
 }
 
+/// An IPv4 packet with a correct header checksum.
 pub fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, l4: &[u8]) -> Packet {
     ipv4_with(src, dst, protocol, l4, &[], 0)
 }
@@ -130,6 +144,7 @@ pub fn ipv6(
     }
 }
 
+/// A TCP header to `dst_port` with `flags`.
 pub fn tcp(dst_port: u16, flags: u8) -> Vec<u8> {
     let mut h = vec![0u8; 20];
     h[0..2].copy_from_slice(&40000u16.to_be_bytes());
@@ -139,6 +154,7 @@ pub fn tcp(dst_port: u16, flags: u8) -> Vec<u8> {
     h
 }
 
+/// A UDP header to `dst_port`.
 pub fn udp(dst_port: u16) -> Vec<u8> {
     let mut h = vec![0u8; 8 + 16];
     h[0..2].copy_from_slice(&40000u16.to_be_bytes());
@@ -147,12 +163,14 @@ pub fn udp(dst_port: u16) -> Vec<u8> {
     h
 }
 
+/// An ICMP echo request.
 pub fn icmp_echo() -> Vec<u8> {
     let mut h = vec![0u8; 16];
     h[0] = 8;
     h
 }
 
+/// An ICMPv6 echo request.
 pub fn icmpv6_echo() -> Vec<u8> {
     let mut h = vec![0u8; 16];
     h[0] = 128;

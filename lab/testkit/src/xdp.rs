@@ -5,16 +5,23 @@ use std::process::Command;
 
 use ::lab::netns;
 
+/// A sender namespace and a victim namespace joined by a veth pair.
 pub struct Lab {
+    /// The sender's namespace.
     pub sender: String,
+    /// The victim's namespace (the PoP).
     pub victim: String,
+    /// The victim's end of the veth.
     pub veth: String,
+    /// The sender's end.
     pub peer: String,
+    /// Configs and logs.
     pub dir: tempfile::TempDir,
     net: netns::VethPair,
 }
 
 impl Lab {
+    /// Creates both namespaces and the veth; `tag` keeps parallel tests apart.
     pub fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
         let (sender, victim) = (format!("xs-{tag}-{id}"), format!("xv-{tag}-{id}"));
@@ -42,6 +49,7 @@ impl Lab {
         }
     }
 
+    /// Starts `args` in namespace `ns`, logging to `log`; returns its PID.
     pub fn spawn(&mut self, ns: &str, args: &[&str], log: &str) -> u32 {
         let log = self.dir.path().join(log);
         self.net.spawn(ns, args, &log)
@@ -73,10 +81,12 @@ impl Lab {
         loader
     }
 
+    /// Runs `args` in namespace `ns` and returns its stdout.
     pub fn exec(&self, ns: &str, args: &[&str]) -> String {
         netns::output(ns, args)
     }
 
+    /// Writes an edge-xdp config for the victim's veth in `mode` with `blocklist`; returns its path.
     pub fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
         let path = self.dir.path().join("xdp.yaml");
         std::fs::write(
@@ -91,6 +101,7 @@ impl Lab {
         path
     }
 
+    /// The filter's counters, by reason.
     pub fn counters(&self) -> std::collections::HashMap<String, u64> {
         let text = self.exec(&self.victim, &["curl", "-s", "127.0.0.1:19182/metrics"]);
         text.lines()
@@ -102,6 +113,7 @@ impl Lab {
             .collect()
     }
 
+    /// Sends `n` HTTP requests from the sender to the VIP; how many were answered.
     pub fn legit_requests(&self, n: usize) -> usize {
         (0..n)
             .filter(|_| {
@@ -123,6 +135,7 @@ impl Lab {
             .count()
     }
 
+    /// Runs a scapy script in the sender namespace.
     pub fn scapy(&self, script: &str) {
         let path = self.dir.path().join("junk.py");
         std::fs::write(
@@ -142,6 +155,7 @@ impl Lab {
         );
     }
 
+    /// The id of the XDP program attached to the victim's veth.
     pub fn xdp_prog_id(&self) -> String {
         let out = self.exec(&self.victim, &["ip", "-d", "link", "show", &self.veth]);
         out.split("prog/xdp id ")

@@ -81,12 +81,18 @@ impl Legit {
     }
 }
 
+/// How the legitimate sender beside an attack fared.
 #[derive(Debug)]
 pub struct LegitReport {
+    /// Requests sent.
     pub sent: usize,
+    /// Requests answered 2xx.
     pub ok: usize,
+    /// 99th percentile latency.
     pub p99: Duration,
+    /// Slowest latency.
     pub max: Duration,
+    /// The first few failures.
     pub failures: Vec<String>,
 }
 
@@ -114,6 +120,7 @@ pub struct PeakRss {
 }
 
 impl PeakRss {
+    /// Starts sampling `edge`'s resident memory.
     pub fn watch(edge: &Edge) -> PeakRss {
         let pid = edge.pid();
         let peak_kib = Arc::new(AtomicU64::new(rss_kib(pid)));
@@ -154,6 +161,7 @@ pub struct CpuClock {
 }
 
 impl CpuClock {
+    /// Reads `edge`'s per-thread CPU time now.
     pub fn start(edge: &Edge) -> CpuClock {
         CpuClock {
             pid: edge.pid(),

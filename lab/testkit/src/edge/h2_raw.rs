@@ -85,15 +85,22 @@ pub async fn read_frames(io: &mut (impl AsyncRead + Unpin), limit: std::time::Du
 /// What a peer sent back, by frame type.
 #[derive(Debug, Default)]
 pub struct Seen {
+    /// HEADERS frames.
     pub headers: usize,
+    /// RST_STREAM frames.
     pub resets: usize,
+    /// SETTINGS acknowledgements.
     pub settings_acks: usize,
+    /// PING acknowledgements.
     pub ping_acks: usize,
+    /// Whether a GOAWAY came.
     pub goaway: bool,
     /// The error code of the GOAWAY (0: no error, 1: protocol error, 11: enhance your
     /// calm…).
     pub goaway_code: Option<u32>,
+    /// The GOAWAY's debug data.
     pub goaway_debug: String,
+    /// Whether the connection closed.
     pub closed: bool,
 }
 
@@ -120,14 +127,25 @@ fn integer(block: &mut Vec<u8>, mut n: usize) {
     block.push(n as u8);
 }
 
+/// Frame type DATA.
 pub const DATA: u8 = 0x0;
+/// Frame type HEADERS.
 pub const HEADERS: u8 = 0x1;
+/// Frame type RST_STREAM.
 pub const RST_STREAM: u8 = 0x3;
+/// Frame type SETTINGS.
 pub const SETTINGS: u8 = 0x4;
+/// Frame type PING.
 pub const PING: u8 = 0x6;
+/// Frame type GOAWAY.
 pub const GOAWAY: u8 = 0x7;
+/// Frame type CONTINUATION.
 pub const CONTINUATION: u8 = 0x9;
+/// Flag END_STREAM.
 pub const END_STREAM: u8 = 0x1;
+/// Flag ACK.
 pub const ACK: u8 = 0x1;
+/// Flag END_HEADERS.
 pub const END_HEADERS: u8 = 0x4;
+/// Setting SETTINGS_INITIAL_WINDOW_SIZE.
 pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;

@@ -17,15 +17,24 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use sha2::Sha256;
 
+/// The test GitHub route's secret.
 pub const GITHUB_SECRET: &str = "gh-secret";
+/// An older secret the route also accepts (rotation).
 pub const GITHUB_OLD_SECRET: &str = "gh-old-secret";
 
+/// The `edge` binary running on loopback with a generated certificate.
 pub struct Edge {
+    /// The process, until killed.
     pub child: Option<Child>,
+    /// Config, certificate, spool and log.
     pub dir: tempfile::TempDir,
+    /// The webhook port.
     pub port: u16,
+    /// The admin port.
     pub admin_port: u16,
+    /// The config file.
     pub config: PathBuf,
+    /// The edge's log file.
     pub log: PathBuf,
     /// RLIMIT_NOFILE (soft and hard) for the process, when set.
     pub fd_limit: Option<u64>,
@@ -43,6 +52,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The `edge` binary.
 pub fn edge_bin() -> &'static str {
     crate::built_binary("edge")
 }
@@ -112,6 +122,7 @@ routes:
 }
 
 impl Edge {
+    /// Starts an edge with the GitHub route, `spool_extra` added to its `spool:` section and `extra_routes` to its routes; waits until it is ready.
     pub fn start(spool_extra: &str, extra_routes: &str) -> Edge {
         let mut edge = Edge::create(spool_extra, extra_routes);
         edge.spawn();
@@ -253,18 +264,22 @@ impl Edge {
         (self.port, self.admin_port) = (port, admin_port);
     }
 
+    /// `https://127.0.0.1:PORT/PATH`.
     pub fn url(&self, path: &str) -> String {
         format!("https://localhost:{}{path}", self.port)
     }
 
+    /// The spool's directory.
     pub fn spool_dir(&self) -> PathBuf {
         self.spool.clone()
     }
 
+    /// The certificate the edge presents, PEM.
     pub fn cert_pem(&self) -> Vec<u8> {
         std::fs::read(self.dir.path().join("cert.pem")).unwrap()
     }
 
+    /// The edge's log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -274,6 +289,7 @@ impl Edge {
         admin_get(self.admin_port, "/readyz").map(|(status, _)| status)
     }
 
+    /// The `/metrics` page, or nothing when it does not answer.
     pub fn metrics(&self) -> String {
         admin_get(self.admin_port, "/metrics")
             .map(|(_, body)| body)
@@ -291,6 +307,7 @@ impl Edge {
             .fold(0.0, |total, value| total + value)
     }
 
+    /// Kills the edge with SIGKILL and waits for it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().unwrap();
@@ -298,6 +315,7 @@ impl Edge {
         }
     }
 
+    /// The edge's PID.
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
     }
@@ -371,6 +389,7 @@ pub fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// A client that trusts `edge`'s certificate, over HTTP/2 or HTTP/1.1.
 pub fn client(edge: &Edge, http2: bool) -> reqwest::Client {
     let cert = reqwest::Certificate::from_pem(&edge.cert_pem()).unwrap();
     let builder = reqwest::Client::builder()
@@ -385,6 +404,7 @@ pub fn client(edge: &Edge, http2: bool) -> reqwest::Client {
     builder.build().unwrap()
 }
 
+/// HMAC-SHA256 of the concatenated `parts`.
 pub fn hmac_sha256(secret: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
     for part in parts {
@@ -393,6 +413,7 @@ pub fn hmac_sha256(secret: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
+/// GitHub's `X-Hub-Signature-256` value for `body`.
 pub fn github_signature(secret: &str, body: &[u8]) -> String {
     format!(
         "sha256={}",
@@ -428,12 +449,14 @@ pub struct SignedBody {
 }
 
 impl SignedBody {
+    /// `body`, signed with the route's GitHub secret.
     pub fn github(body: impl Into<bytes::Bytes>) -> Self {
         let body = body.into();
         let signature = github_signature(GITHUB_SECRET, &body);
         Self { body, signature }
     }
 
+    /// `request` as a GitHub push delivery `delivery` of this body.
     pub fn request(
         &self,
         request: reqwest::RequestBuilder,
@@ -448,6 +471,7 @@ impl SignedBody {
     }
 }
 
+/// Unix time in seconds.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -510,6 +534,7 @@ pub struct Tmpfs {
 }
 
 impl Tmpfs {
+    /// Mounts the tmpfs (`mount -t tmpfs -o size=SIZE`).
     pub fn mount(path: &Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(path).unwrap();
         let status = Command::new("mount")

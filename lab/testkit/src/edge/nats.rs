@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::free_port;
 
+/// A JetStream-enabled nats-server on loopback, its store in a temporary directory.
 pub struct Nats {
     child: Option<Child>,
     port: u16,
@@ -13,6 +14,7 @@ pub struct Nats {
 }
 
 impl Nats {
+    /// Starts one and waits until it answers.
     pub fn start() -> Nats {
         let mut nats = Nats {
             child: None,
@@ -23,6 +25,7 @@ impl Nats {
         nats
     }
 
+    /// Starts the server process (again, after `stop`).
     pub fn spawn(&mut self) {
         let child = Command::new("nats-server")
             .args([
@@ -46,6 +49,7 @@ impl Nats {
         }
     }
 
+    /// Stops it (SIGTERM, then waits).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             nix::sys::signal::kill(
@@ -57,10 +61,12 @@ impl Nats {
         }
     }
 
+    /// `nats://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// A JetStream context on a new connection.
     pub async fn jetstream(&self) -> async_nats::jetstream::Context {
         async_nats::jetstream::new(async_nats::connect(self.url()).await.unwrap())
     }
