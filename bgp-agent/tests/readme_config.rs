@@ -8,15 +8,7 @@ fn the_readme_agent_config_parses_and_shows_the_defaults() {
     let block = lab::readme::yaml_block("## BGP agent");
     let readme = Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
     assert_eq!(readme.prefixes.len(), 2);
-    let required_only: String = block
-        .lines()
-        .filter(|line| {
-            !DEFAULTED
-                .iter()
-                .any(|key| line.starts_with(&format!("{key}:")))
-        })
-        .map(|line| format!("{line}\n"))
-        .collect();
+    let required_only = lab::readme::without_keys(&block, DEFAULTED);
     let defaults = Settings::parse(&required_only).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(readme.interval, defaults.interval, "interval");
     assert_eq!(

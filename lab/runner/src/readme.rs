@@ -28,3 +28,13 @@ pub fn yaml_block(after: &str) -> String {
     };
     block.iter().map(|line| format!("{line}\n")).collect()
 }
+
+/// `block` without its top-level `keys` (single-line entries): the config a user who
+/// leaves them out writes, to compare with the README's stated defaults.
+pub fn without_keys(block: &str, keys: &[&str]) -> String {
+    block
+        .lines()
+        .filter(|line| !keys.iter().any(|key| line.starts_with(&format!("{key}:"))))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}

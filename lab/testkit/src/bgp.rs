@@ -74,19 +74,8 @@ impl Lab {
             ),
         )
         .unwrap();
-        let (ns, sock) = (self.up.clone(), self.path("up-bird.ctl"));
-        self.spawn(
-            &ns,
-            &[
-                "bird",
-                "-f",
-                "-c",
-                conf.to_str().unwrap(),
-                "-s",
-                sock.to_str().unwrap(),
-            ],
-            "up-bird.log",
-        );
+        let ns = self.up.clone();
+        self.spawn_bird(&ns, &conf, "up-bird");
     }
 
     /// BIRD as the PoP's speaker: a static route for the VIP, exported only while the
@@ -107,19 +96,23 @@ impl Lab {
             ),
         )
         .unwrap();
-        let (ns, sock) = (self.pop.clone(), self.path("pop-bird.ctl"));
-        self.spawn(
-            &ns,
-            &[
-                "bird",
-                "-f",
-                "-c",
-                conf.to_str().unwrap(),
-                "-s",
-                sock.to_str().unwrap(),
-            ],
-            "pop-bird.log",
-        );
+        let ns = self.pop.clone();
+        self.spawn_bird(&ns, &conf, "pop-bird")
+    }
+
+    /// BIRD in `ns` with `conf`, its socket `NAME.ctl` and its log `NAME.log`; returns
+    /// the socket.
+    fn spawn_bird(&mut self, ns: &str, conf: &Path, name: &str) -> PathBuf {
+        let sock = self.path(&format!("{name}.ctl"));
+        let args = [
+            "bird",
+            "-f",
+            "-c",
+            conf.to_str().unwrap(),
+            "-s",
+            sock.to_str().unwrap(),
+        ];
+        self.spawn(ns, &args, &format!("{name}.log"));
         sock
     }
 
