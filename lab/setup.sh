@@ -53,7 +53,8 @@ done
 # rust-src (it builds `core` itself) and clippy (lab/test.sh lints it for its target),
 # and linked by bpf-linker against Debian's LLVM 22 (the default build wants LLVM 23).
 nightly=$(sed -n 's/^channel = "\(.*\)"$/\1/p' xdp/ebpf/rust-toolchain.toml)
-installed=$(rustup component list --toolchain "$nightly" --installed 2>/dev/null)
+# (On a fresh machine the toolchain is missing and this fails: nothing is installed yet.)
+installed=$(rustup component list --toolchain "$nightly" --installed 2>/dev/null || true)
 if ! grep -q '^rust-src' <<<"$installed" || ! grep -q '^clippy' <<<"$installed"; then
     echo "setup: installing $nightly with rust-src and clippy for the eBPF build"
     rustup toolchain install "$nightly" --profile minimal --component rust-src --component clippy \
