@@ -188,24 +188,24 @@ impl Node {
         start
             .split_whitespace()
             .map(|name| {
-                let variable = service_variable(name);
-                let command = self.env.get(&variable).with_context(|| {
-                    format!("{START_VARIABLE} names {name} but {variable} is missing")
-                })?;
-                Ok(Service {
-                    name: name.to_owned(),
-                    command: command.clone(),
-                })
+                self.service(name)
+                    .with_context(|| format!("{START_VARIABLE} names {name}"))
             })
             .collect()
     }
 
-    /// The service `name` of this node.
+    /// The service `name` of this node: one `LAB_START` names, or one only defined by
+    /// its `LAB_SERVICE_<NAME>`, which `up` leaves stopped and `lab start` runs.
     pub fn service(&self, name: &str) -> anyhow::Result<Service> {
-        self.services()?
-            .into_iter()
-            .find(|s| s.name == name)
-            .with_context(|| format!("no service {name}"))
+        let variable = service_variable(name);
+        let command = self
+            .env
+            .get(&variable)
+            .with_context(|| format!("no service {name}: {variable} is missing"))?;
+        Ok(Service {
+            name: name.to_owned(),
+            command: command.clone(),
+        })
     }
 }
 
@@ -340,6 +340,29 @@ topology:
         assert_eq!(services[0].name, "bird");
         assert_eq!(services[1].command, "/usr/local/bin/bgp-agent run");
         assert!(topology.node("p").unwrap().services().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_service_outside_the_start_list_is_defined_but_not_started() {
+        let text = SMALL.replace(
+            "        LAB_SERVICE_BIRD:",
+            "        LAB_SERVICE_MIRROR: bash /etc/bird/mirror.sh\n        LAB_SERVICE_BIRD:",
+        );
+        let topology = Topology::parse(&text).unwrap();
+        let router = topology.node("r").unwrap();
+        assert_eq!(
+            router.service("mirror").unwrap().command,
+            "bash /etc/bird/mirror.sh"
+        );
+        assert!(
+            router
+                .services()
+                .unwrap()
+                .iter()
+                .all(|s| s.name != "mirror")
+        );
+        let e = format!("{:#}", router.service("nats").unwrap_err());
+        assert!(e.contains("LAB_SERVICE_NATS"), "{e}");
     }
 
     #[test]
