@@ -1,7 +1,7 @@
 //! A webhook sender for the lab's client node: signed GitHub deliveries at a steady rate,
-//! each on a new TLS connection (as providers send, and so ECMP spreads them), with
-//! every outcome recorded: when it left, when it ended, the status and the PoP that
-//! answered (`Edge-Pop`).
+//! each on a new TLS connection (as providers send, and so ECMP spreads them) or over a
+//! set of keep-alive connections, with every outcome recorded: when it left, when it
+//! ended, the status and the PoP that answered (`Edge-Pop`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +30,10 @@ pub struct Plan {
     /// One request's time limit.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Keep-alive connections the webhooks are spread over, each sending its share in
+    /// turn (0: a new connection for every webhook).
+    #[arg(long, default_value_t = 0)]
+    pub connections: u32,
 }
 
 /// What happened to one webhook.
@@ -56,31 +60,55 @@ impl Outcome {
     }
 }
 
-/// Sends `plan`'s webhooks at its rate and returns every outcome.
+/// Sends `plan`'s webhooks at its rate and returns every outcome, in sending order.
 pub async fn send(plan: Plan) -> anyhow::Result<Vec<Outcome>> {
-    let client = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .pool_max_idle_per_host(0)
-        .http1_only()
-        .timeout(plan.timeout)
-        .build()?;
     let plan = Arc::new(plan);
     let total = (plan.duration.as_secs_f64() * f64::from(plan.rate)).round() as u64;
     let interval = Duration::from_secs_f64(1.0 / f64::from(plan.rate.max(1)));
     let started = Instant::now();
+    let at = move |n: u64| tokio::time::sleep_until((started + interval * n as u32).into());
     let mut tasks = Vec::new();
-    for n in 0..total {
-        tokio::time::sleep_until((started + interval * n as u32).into()).await;
-        let (client, plan) = (client.clone(), Arc::clone(&plan));
-        tasks.push(tokio::spawn(async move {
-            one(&client, &plan, format!("{}-{n}", plan.id_prefix)).await
-        }));
+    if plan.connections == 0 {
+        let client = client(&plan, 0)?;
+        for n in 0..total {
+            at(n).await;
+            let (client, plan) = (client.clone(), Arc::clone(&plan));
+            tasks.push(tokio::spawn(async move {
+                vec![one(&client, &plan, format!("{}-{n}", plan.id_prefix)).await]
+            }));
+        }
+    } else {
+        // Connection c sends webhooks c, c + connections, ...: one at a time, so each
+        // stays one flow (a new one only after a failure closed it).
+        let connections = u64::from(plan.connections);
+        for c in 0..connections.min(total) {
+            let (client, plan) = (client(&plan, 1)?, Arc::clone(&plan));
+            tasks.push(tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                for n in (c..total).step_by(connections as usize) {
+                    at(n).await;
+                    outcomes.push(one(&client, &plan, format!("{}-{n}", plan.id_prefix)).await);
+                }
+                outcomes
+            }));
+        }
     }
-    let mut outcomes = Vec::with_capacity(tasks.len());
+    let mut outcomes = Vec::with_capacity(total as usize);
     for task in tasks {
-        outcomes.push(task.await?);
+        outcomes.extend(task.await?);
     }
+    outcomes.sort_by_key(|o| o.sent_ms);
     Ok(outcomes)
+}
+
+/// An HTTP/1.1 client keeping at most `idle` connections open between requests.
+fn client(plan: &Plan, idle: usize) -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(idle)
+        .http1_only()
+        .timeout(plan.timeout)
+        .build()?)
 }
 
 async fn one(client: &reqwest::Client, plan: &Plan, id: String) -> Outcome {
