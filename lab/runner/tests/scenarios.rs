@@ -104,6 +104,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("pop_failure_v6", |lab| pop_failure(lab, V6)),
     ("alerts_pop_failure", alerts_pop_failure),
     ("drain", drain),
+    ("undrain_resilient_ecmp", undrain_resilient_ecmp),
     ("degrade", degrade),
     ("agent_crash", agent_crash),
     ("guard", guard),
@@ -544,6 +545,111 @@ fn drain(lab: &LabCli) {
         back.as_millis(),
         outcomes.len()
     );
+}
+
+/// A PoP back in the router's ECMP set under long-lived flows (40 keep-alive
+/// connections): with the kernel's hash-threshold ECMP (what BIRD installs) the router
+/// hands part of the live flows to the returning PoP, which resets them; with resilient
+/// nexthop groups (`lab/rtr/resilient-ecmp.sh`) only idle buckets move, so no live flow
+/// breaks, and new connections still reach the returning PoP. Two rounds of each,
+/// alternating.
+fn undrain_resilient_ecmp(lab: &LabCli) {
+    let mut reset: HashMap<bool, Vec<usize>> = HashMap::new();
+    let mut sent = 0;
+    let mut new_flows_to_pop_b = Vec::new();
+    for round in 0..2 {
+        for resilient in [false, true] {
+            if resilient {
+                lab.run(&["start", "rtr", "resilient-ecmp"]);
+            }
+            let hashing = if resilient {
+                "resilient"
+            } else {
+                "hash-threshold"
+            };
+            let prefix = format!("undrain-{hashing}-{round}");
+            let (failed, total) = pop_b_returns_under_kept_alive_load(lab, &prefix);
+            sent += total;
+            reset.entry(resilient).or_default().push(failed);
+            if resilient {
+                let share = new_connections_to_pop_b(lab, &format!("{prefix}-new"));
+                new_flows_to_pop_b.push(share);
+                lab.run(&["stop", "rtr", "resilient-ecmp"]);
+            }
+        }
+    }
+    let (plain, resilient) = (&reset[&false], &reset[&true]);
+    assert!(
+        resilient.iter().all(|&n| n == 0),
+        "resilient groups reset live flows: {resilient:?} per return"
+    );
+    assert!(
+        plain.iter().sum::<usize>() > 0,
+        "hash-threshold ECMP reset no live flow in {} returns: the test moved nothing",
+        plain.len()
+    );
+    assert!(
+        new_flows_to_pop_b.iter().all(|&share| share >= 0.2),
+        "new connections did not reach the returning PoP: {new_flows_to_pop_b:?}"
+    );
+    println!(
+        "scenario undrain-resilient-ecmp: pop-b back in the router's ECMP set under 40 keep-alive flows at 50 webhooks/s ({sent} sent) -> live flows reset per return: hash-threshold {plain:?}, resilient nexthop groups {resilient:?}; new connections right after the return answered by pop-b under resilient groups: {:?} %",
+        new_flows_to_pop_b
+            .iter()
+            .map(|share| (share * 100.0).round() as u32)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Takes pop-b out of the router's ECMP set (its session at the router disabled: the
+/// same change at the router as a drain, without feeding the agent's flap dampening,
+/// which four drains in a minute would trip), starts 40 keep-alive flows (all on
+/// pop-a), brings pop-b back 3 s later and keeps sending 7 s more; returns the webhooks
+/// that failed (each a reset flow: the sender reconnects after one) and all that were
+/// sent.
+fn pop_b_returns_under_kept_alive_load(lab: &LabCli, prefix: &str) -> (usize, usize) {
+    let session = |command: &str| {
+        lab.run(&[
+            "exec",
+            "rtr",
+            "--",
+            "birdc",
+            "-s",
+            "/run/bird.ctl",
+            command,
+            "pop_b",
+        ])
+    };
+    session("disable");
+    lab.wait_next_hops_exactly(&[POP_A_ADDR], Duration::from_secs(10));
+    let load = lab.load_kept_alive(prefix, 50, 40, Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(3));
+    session("enable");
+    lab.wait_next_hops(2, Duration::from_secs(5));
+    let outcomes = load.finish(lab);
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.acked()).collect();
+    assert!(
+        failed.iter().all(|o| o.status.is_none()),
+        "failures other than resets: {:?}",
+        failures(&outcomes)
+    );
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(15));
+    (failed.len(), outcomes.len())
+}
+
+/// The share of 2 s of new connections (50/s) that pop-b answered.
+fn new_connections_to_pop_b(lab: &LabCli, prefix: &str) -> f64 {
+    let outcomes = lab.load(prefix, 50, Duration::from_secs(2)).finish(lab);
+    assert!(
+        outcomes.iter().all(Outcome::acked),
+        "{:?}",
+        failures(&outcomes)
+    );
+    let to_pop_b = outcomes
+        .iter()
+        .filter(|o| o.pop.as_deref() == Some("pop-b"))
+        .count();
+    to_pop_b as f64 / outcomes.len() as f64
 }
 
 /// Soft drain: pop-a degraded (its soft-drain switch) stays announced with a longer AS

@@ -114,6 +114,29 @@ impl LabCli {
 
     /// Starts the client's sender in the background, to `url`.
     pub fn load_to(&self, url: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
+        self.sender(url, prefix, rate, duration, 0)
+    }
+
+    /// Starts the client's sender in the background, to the IPv4 anycast address over
+    /// `connections` keep-alive connections (long-lived flows through the router).
+    pub fn load_kept_alive(
+        &self,
+        prefix: &str,
+        rate: u32,
+        connections: u32,
+        duration: Duration,
+    ) -> Load {
+        self.sender(&url(VIP), prefix, rate, duration, connections)
+    }
+
+    fn sender(
+        &self,
+        url: &str,
+        prefix: &str,
+        rate: u32,
+        duration: Duration,
+        connections: u32,
+    ) -> Load {
         let child = Command::new(lab_bin())
             .args(client_lab())
             .arg("send")
@@ -121,6 +144,7 @@ impl LabCli {
             .args(["--rate", &rate.to_string()])
             .args(["--duration", &format!("{}ms", duration.as_millis())])
             .args(["--id-prefix", prefix])
+            .args(["--connections", &connections.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -451,11 +475,14 @@ pub fn router_next_hops() -> Vec<String> {
     router_next_hops_for(VIP)
 }
 
-/// The router's next hops for `vip`, IPv4 or IPv6 (one per announcing PoP).
+/// The router's next hops for `vip`, IPv4 or IPv6 (one per announcing PoP): those of
+/// BIRD's route, which the resilient-ECMP mirror copies when it runs.
 pub fn router_next_hops_for(vip: &str) -> Vec<String> {
     let family = if vip.contains(':') { "-6" } else { "-4" };
     let output = Command::new(lab_bin())
-        .args(["exec", "rtr", "--", "ip", family, "route", "show", vip])
+        .args([
+            "exec", "rtr", "--", "ip", family, "route", "show", vip, "proto", "bird",
+        ])
         .output()
         .unwrap();
     let routes = String::from_utf8_lossy(&output.stdout);
