@@ -73,7 +73,7 @@ fn main() -> ExitCode {
                 let body = runtime
                     .block_on(bgp_agent::fetch(&url))
                     .map_err(anyhow::Error::msg)?;
-                println!("{body}");
+                edge_kit::process::print_line(&body)?;
             }
             Command::Drain { config } => runtime.block_on(set_drain(&load(&config)?, true))?,
             Command::Undrain { config } => runtime.block_on(set_drain(&load(&config)?, false))?,

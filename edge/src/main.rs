@@ -3,6 +3,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use edge_kit::process::print_line;
 use tracing::Instrument;
 
 /// Every request allocates and frees a few dozen small buffers across two threads (the
@@ -101,12 +102,12 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { config } => {
             let settings = edge::config::load(&config)?;
-            println!(
+            print_line(&format!(
                 "{}: ok ({} routes, pop {})",
                 config.display(),
                 settings.routes.len(),
                 settings.pop
-            );
+            ))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CreateStream {
@@ -119,23 +120,24 @@ fn main() -> ExitCode {
         } => {
             let nats =
                 create_stream_settings(servers, stream, replicas, ca, nkey_seed_file, credentials)?;
-            println!(
-                "{}",
-                runtime.block_on(edge::backhaul::create_stream(&nats))?
-            );
+            print_line(
+                &runtime
+                    .block_on(edge::backhaul::create_stream(&nats))?
+                    .to_string(),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::ShedLedger { dir } => {
             let entries =
                 edge::admission::ledger::read(&dir).with_context(|| dir.display().to_string())?;
             for entry in entries {
-                println!("{}", serde_json::to_string(&entry)?);
+                print_line(&serde_json::to_string(&entry)?)?;
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::SpoolVerify { dir } => match edge::spool::inspect(&dir) {
             Ok(found) => {
-                print_inspection(&found);
+                print_inspection(&found)?;
                 Ok(if found.is_damaged() {
                     ExitCode::FAILURE
                 } else {
@@ -163,7 +165,7 @@ fn main() -> ExitCode {
                 if bodies {
                     line["body"] = String::from_utf8_lossy(&record.body).into_owned().into();
                 }
-                println!("{line}");
+                print_line(&line.to_string())?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -171,7 +173,7 @@ fn main() -> ExitCode {
 }
 
 /// `edge spool-verify`'s output: a JSON line per finding on stdout, a summary on stderr.
-fn print_inspection(found: &edge::spool::Inspection) {
+fn print_inspection(found: &edge::spool::Inspection) -> std::io::Result<()> {
     let mut lost = 0u64;
     for region in &found.damaged {
         if let Some(seqs) = &region.lost {
@@ -186,13 +188,12 @@ fn print_inspection(found: &edge::spool::Inspection) {
             "lost_to": region.lost.as_ref().map(|s| *s.end()),
             "named": named_json(&region.named),
         });
-        println!("{line}");
+        print_line(&line.to_string())?;
     }
     for segment in &found.recovered_headers {
-        println!(
-            "{}",
-            serde_json::json!({ "header_recovered": segment.display().to_string() })
-        );
+        print_line(
+            &serde_json::json!({ "header_recovered": segment.display().to_string() }).to_string(),
+        )?;
     }
     for unreadable in &found.unreadable {
         lost += unreadable.lost.end() - unreadable.lost.start() + 1;
@@ -203,25 +204,22 @@ fn print_inspection(found: &edge::spool::Inspection) {
             "lost_to": unreadable.lost.end(),
             "named": named_json(&unreadable.named),
         });
-        println!("{line}");
+        print_line(&line.to_string())?;
     }
     if let Some((segment, offset, bytes)) = &found.open_tail {
-        println!(
-            "{}",
-            serde_json::json!({ "open_tail": segment.display().to_string(), "offset": offset, "bytes": bytes })
-        );
+        print_line(&serde_json::json!({ "open_tail": segment.display().to_string(), "offset": offset, "bytes": bytes }).to_string())?;
     }
     if let Some((segment, last_seq)) = &found.newest {
-        println!(
-            "{}",
-            serde_json::json!({ "newest": segment.display().to_string(), "last_seq": last_seq })
-        );
+        print_line(
+            &serde_json::json!({ "newest": segment.display().to_string(), "last_seq": last_seq })
+                .to_string(),
+        )?;
     }
     for (kept, why) in &found.quarantined {
-        println!(
-            "{}",
-            serde_json::json!({ "quarantined": kept.display().to_string(), "why": why })
-        );
+        print_line(
+            &serde_json::json!({ "quarantined": kept.display().to_string(), "why": why })
+                .to_string(),
+        )?;
     }
     eprintln!(
         "{} segments, {} whole records, {} damaged regions ({lost} records lost), {} unreadable segments, {} files in quarantine",
@@ -231,6 +229,7 @@ fn print_inspection(found: &edge::spool::Inspection) {
         found.unreadable.len(),
         found.quarantined.len()
     );
+    Ok(())
 }
 
 fn named_json(named: &[(u64, String)]) -> Vec<serde_json::Value> {

@@ -102,12 +102,44 @@ pub fn run(
     }
 }
 
+/// Writes `text` and a newline to stdout for a tool's output: a reader that went away
+/// (`bgp-agent status | head`) ends the output quietly, where `println!` would panic
+/// (Rust ignores SIGPIPE, so the write fails with EPIPE instead).
+pub fn print_line(text: &str) -> std::io::Result<()> {
+    write_line(std::io::stdout().lock(), text)
+}
+
+fn write_line(mut out: impl std::io::Write, text: &str) -> std::io::Result<()> {
+    match writeln!(out, "{text}") {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written,
+    }
+}
+
 /// How long the runtime's leftover tasks get once a command is done.
 const SHUTDOWN_WAIT: Duration = Duration::from_millis(100);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_closed_pipe_ends_the_output_quietly_and_other_errors_stay() {
+        struct Failing(std::io::ErrorKind);
+        impl std::io::Write for Failing {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(self.0.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        assert!(write_line(Failing(std::io::ErrorKind::BrokenPipe), "x").is_ok());
+        assert!(write_line(Failing(std::io::ErrorKind::StorageFull), "x").is_err());
+        let mut written = Vec::new();
+        write_line(&mut written, "status").unwrap();
+        assert_eq!(written, b"status\n");
+    }
 
     #[test]
     fn the_status_is_the_command_s_or_1_for_an_error() {
