@@ -126,7 +126,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
 /// by 2,000 half-sent request heads from the attacker, pop-a's failing edge is withdrawn
 /// as fast as without the flood (pop-b still answers); and when pop-b is really
 /// withdrawn, pop-a's failure is vetoed (the last PoP stays announced), visible in its
-/// `/status` and counted.
+/// `/status`, counted and alerted (WebhookEdgeGuardVetoing).
 fn guard(lab: &LabCli) {
     let metric = |name: &str| -> f64 {
         lab.run(&[
@@ -178,7 +178,15 @@ fn guard(lab: &LabCli) {
     lab.run(&["stop", "pop-b", "edge", "--kill"]);
     lab.wait_next_hops_exactly(&[POP_A_ADDR], Duration::from_secs(5));
     lab.run(&["stop", "pop-a", "edge", "--kill"]);
-    std::thread::sleep(Duration::from_secs(3));
+    let alerted = lab.wait_alerts(
+        "WebhookEdgeGuardVetoing firing for pop-a",
+        Duration::from_secs(30),
+        |alerts| {
+            alerts.iter().any(|a| {
+                a.firing() && a.name() == "WebhookEdgeGuardVetoing" && a.label("pop") == "pop-a"
+            })
+        },
+    );
     let status: serde_json::Value = serde_json::from_str(&lab.run(&[
         "exec",
         "client",
@@ -197,9 +205,10 @@ fn guard(lab: &LabCli) {
     assert_eq!(status["guard_vetoing"], true, "{status}");
     assert!(vetoes >= 1.0, "no veto counted");
     println!(
-        "scenario guard: pop-b's admin flooded ({}): pop-a withdrawn {} ms after its edge died, 0 peers unknown; pop-b withdrawn, then pop-a's edge killed: pop-a stays announced, /status guard_vetoing=true, {vetoes} vetoes counted",
+        "scenario guard: pop-b's admin flooded ({}): pop-a withdrawn {} ms after its edge died, 0 peers unknown; pop-b withdrawn, then pop-a's edge killed: pop-a stays announced, /status guard_vetoing=true, {vetoes} vetoes counted, WebhookEdgeGuardVetoing firing {} ms after the kill",
         flood.trim(),
-        withdrawn.as_millis()
+        withdrawn.as_millis(),
+        alerted.as_millis()
     );
 }
 
