@@ -2,7 +2,8 @@
 //! network namespaces and run its services, `machine` boots Debian PoP machines into
 //! it, `sender` is the client's webhook load, `origin` reads what reached the origin
 //! queue, `prometheus` what the lab's Prometheus sees and `dashboard` the fleet's Grafana
-//! dashboard as queries; `readme` hands the README's example configs to the tests.
+//! dashboard as queries; `readme` hands the README's example configs to the tests;
+//! `wan` is a long-haul link with delay and loss.
 #![warn(missing_docs)]
 
 pub mod dashboard;
@@ -14,6 +15,7 @@ pub mod readme;
 pub mod runner;
 pub mod sender;
 pub mod topology;
+pub mod wan;
 
 use std::io::Write;
 use std::path::PathBuf;

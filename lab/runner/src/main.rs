@@ -64,6 +64,24 @@ enum Command {
     },
     /// Send signed webhooks at a steady rate; one JSON line per outcome on stdout.
     Send(lab::sender::Plan),
+    /// Be a WAN link between two interfaces of this namespace (run in a node with
+    /// `lab exec` or as its service): every frame crosses after the delay, with jitter
+    /// and loss, both ways.
+    Wan {
+        /// One end.
+        a: String,
+        /// The other end.
+        b: String,
+        /// One-way delay.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        delay: std::time::Duration,
+        /// Each frame's delay varies by up to this much either way.
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        jitter: std::time::Duration,
+        /// Percent of frames lost in each direction.
+        #[arg(long, default_value_t = 0.0)]
+        loss_percent: f64,
+    },
     /// Print every message in the origin's stream as a JSON line (id, pop), read as the
     /// origin's administrator.
     Origin {
@@ -177,6 +195,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 nix::sys::signal::Signal::SIGTERM
             };
             lab()?.stop_service(&node, &service, signal)?;
+        }
+        Command::Wan {
+            a,
+            b,
+            delay,
+            jitter,
+            loss_percent,
+        } => {
+            let impairment = lab::wan::Impairment {
+                delay,
+                jitter,
+                loss: loss_percent / 100.0,
+            };
+            lab::wan::run(&a, &b, impairment)?;
         }
         Command::Send(plan) => {
             let outcomes = runtime()?.block_on(lab::sender::send(plan))?;
