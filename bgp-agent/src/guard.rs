@@ -9,8 +9,15 @@
 //! every unknown one announces. A veto lasts at most `max_veto`: after that the withdraw
 //! goes ahead, logged and counted, so a PoP that stays broken does not stay announced.
 //!
+//! While a withdraw is pending the guard asks every round, and over a lossy WAN some
+//! question of a round goes unanswered (a lost SYN costs a second). Counted as unknown,
+//! one such miss would let the withdraw through the round after a veto, so a peer that
+//! does not answer keeps its last answer for [`RECALL_TIMEOUTS`] timeouts; after that it
+//! is unknown, and a flooded peer still cannot hold a broken PoP up for long.
+//!
 //! [`Guard`] is the decision (pure, fed answers and the time); [`ask_peers`] the I/O.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::config::GuardSettings;
@@ -56,13 +63,39 @@ impl Tally {
     }
 }
 
-/// The guard's memory: since when it has been vetoing.
+/// The guard's memory: since when it has been vetoing, and what each peer last said.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Guard {
     vetoing_since: Option<Duration>,
+    heard: HashMap<String, (PeerRoute, Duration)>,
 }
 
 impl Guard {
+    /// The peers' answers at `now` (`answers[i]` from `peers[i]`), each unknown one
+    /// replaced by what that peer said at most `recall` ago; the answers are remembered.
+    pub(crate) fn recall(
+        &mut self,
+        now: Duration,
+        peers: &[String],
+        answers: &[PeerRoute],
+        recall: Duration,
+    ) -> Vec<PeerRoute> {
+        peers
+            .iter()
+            .zip(answers)
+            .map(|(peer, answer)| match (answer, self.heard.get(peer)) {
+                (PeerRoute::Unknown, Some((last, at))) if now.saturating_sub(*at) <= recall => {
+                    *last
+                }
+                (PeerRoute::Unknown, _) => PeerRoute::Unknown,
+                (known, _) => {
+                    self.heard.insert(peer.clone(), (*known, now));
+                    *known
+                }
+            })
+            .collect()
+    }
+
     /// Decides a health withdraw at `now` (any monotonic origin).
     pub(crate) fn decide(
         &mut self,
@@ -94,6 +127,9 @@ impl Guard {
         self.vetoing_since.is_some()
     }
 }
+
+/// How many of its timeouts a peer's last answer stands in for a missed one.
+pub(crate) const RECALL_TIMEOUTS: u32 = 3;
 
 /// Asks every peer at once, each bounded by the guard's timeout.
 pub(crate) async fn ask_peers(guard: &GuardSettings) -> Vec<PeerRoute> {
@@ -170,6 +206,33 @@ mod tests {
         guard.clear();
         assert_eq!(guard.decide(s(900), alone, 1, MAX_VETO), Verdict::Veto);
         assert_eq!(guard.decide(s(1199), alone, 1, MAX_VETO), Verdict::Veto);
+    }
+
+    #[test]
+    fn a_missed_answer_is_the_last_one_heard_for_a_while_then_unknown() {
+        let peers: Vec<String> = ["a", "b"].map(String::from).into();
+        let mut guard = Guard::default();
+        let recall = s(3);
+        assert_eq!(guard.recall(s(0), &peers, &[U, N], recall), [U, N]);
+        assert_eq!(guard.recall(s(1), &peers, &[A, U], recall), [A, N]);
+        assert_eq!(guard.recall(s(3), &peers, &[U, U], recall), [A, N]);
+        // b last answered at 0 s, a at 1 s.
+        assert_eq!(guard.recall(s(4), &peers, &[U, U], recall), [A, U]);
+        assert_eq!(guard.recall(s(5), &peers, &[U, U], recall), [U, U]);
+        assert_eq!(guard.recall(s(6), &peers, &[N, U], recall), [N, U]);
+    }
+
+    #[test]
+    fn a_veto_outlasts_a_round_where_a_peer_misses_its_answer() {
+        let peers: Vec<String> = ["a", "b", "c"].map(String::from).into();
+        let mut guard = Guard::default();
+        let mut round = |at, answers: &[PeerRoute]| {
+            let answers = guard.recall(s(at), &peers, answers, s(3));
+            guard.decide(s(at), Tally::of(&answers), 2, MAX_VETO)
+        };
+        assert_eq!(round(0, &[A, N, N]), Verdict::Veto);
+        assert_eq!(round(1, &[A, U, N]), Verdict::Veto);
+        assert_eq!(round(5, &[A, U, N]), Verdict::Allow);
     }
 
     #[test]

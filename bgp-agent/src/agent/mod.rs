@@ -253,7 +253,9 @@ async fn guard_allows(
     now: std::time::Duration,
     metrics: &Metrics,
 ) -> bool {
-    let tally = Tally::of(&guard::ask_peers(config).await);
+    let answers = guard::ask_peers(config).await;
+    let recall = config.timeout * guard::RECALL_TIMEOUTS;
+    let tally = Tally::of(&guard.recall(now, &config.peers, &answers, recall));
     metrics.guard_peers_unknown.set(tally.unknown as i64);
     let minimum = config.min_other_pops_announcing;
     match guard.decide(now, tally, minimum, config.max_veto) {
