@@ -9,6 +9,11 @@ for _ in $(seq 600); do
     sleep 0.1
 done
 mkdir -p /var/lib/edge /var/lib/bgp-agent /var/lib/nats
+# A bind whose name ends in .tmpl is a template: its ${NAME}s come from this node's
+# environment (the fleet's PoPs share one set of files), as the namespace runner does.
+find /etc -name '*.tmpl' -type f | while read -r template; do
+    envsubst < "$template" > "${template%.tmpl}"
+done
 pids=""
 for service in ${LAB_START:-}; do
     variable="LAB_SERVICE_$(echo "$service" | tr 'a-z-' 'A-Z_')"

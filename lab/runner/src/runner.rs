@@ -12,7 +12,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::netns::{self, namespace};
-use crate::topology::{PathMap, Service, Topology};
+use crate::topology::{PathMap, Service, TEMPLATE_SUFFIX, Topology, render};
 
 /// A topology run as network namespaces: where its files and state are.
 pub struct Lab {
@@ -59,9 +59,15 @@ impl Lab {
             let map = self.paths(name);
             for bind in node.binds()?.into_iter().filter(|_| !bare(name)) {
                 let source = self.source_dir.join(&bind.source);
-                let text = std::fs::read_to_string(&source)
+                let mut text = std::fs::read_to_string(&source)
                     .with_context(|| format!("{name}: bind {}", source.display()))?;
-                let target = PathBuf::from(map.host_path(&bind.target));
+                let mut target = bind.target.as_str();
+                if let Some(rendered) = bind.target.strip_suffix(TEMPLATE_SUFFIX) {
+                    text = render(&text, &node.env)
+                        .with_context(|| format!("{name}: template {}", source.display()))?;
+                    target = rendered;
+                }
+                let target = PathBuf::from(map.host_path(target));
                 std::fs::create_dir_all(target.parent().context("bind target")?)?;
                 std::fs::write(&target, map.rewrite(&text))?;
             }

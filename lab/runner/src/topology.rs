@@ -1,6 +1,9 @@
 //! The containerlab topology file, parsed once into what the namespace runner needs:
 //! nodes (their `exec` commands, `binds` and the services in their `env`) and links.
-//! Pure: no I/O beyond what the caller reads, so the rules are tested here.
+//! YAML merge keys (`<<: *anchor`) are applied, as containerlab's parser does, so a fleet
+//! of alike nodes is written once; a bind whose target ends in `.tmpl` is a template
+//! ([`render`]) that each node fills from its `env`. Pure: no I/O beyond what the caller
+//! reads, so the rules are tested here.
 
 use std::collections::BTreeMap;
 
@@ -90,7 +93,10 @@ impl Topology {
     /// no interface is used twice, binds are `source:target`, every started service has
     /// a command line.
     pub fn parse(text: &str) -> anyhow::Result<Topology> {
-        let topology: Topology = serde_yaml::from_str(text).context("not a topology file")?;
+        let mut yaml: serde_yaml::Value =
+            serde_yaml::from_str(text).context("not a topology file")?;
+        yaml.apply_merge().context("merge keys (<<)")?;
+        let topology: Topology = serde_yaml::from_value(yaml).context("not a topology file")?;
         let mut used = Vec::new();
         for (i, link) in topology.topology.links.iter().enumerate() {
             for endpoint in topology
@@ -209,6 +215,32 @@ impl Node {
     }
 }
 
+/// A bind's text with every `${NAME}` replaced by the node's `env` value of NAME; a
+/// name the env lacks is an error that names it. Nothing else is touched (a lone `$` or
+/// `$NAME` stays): the container entrypoint renders the same templates with `envsubst`.
+pub fn render(template: &str, env: &BTreeMap<String, String>) -> anyhow::Result<String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let end = after.find('}').with_context(|| {
+            format!(
+                "an unclosed ${{ at {:?}",
+                &rest[at..rest.len().min(at + 20)]
+            )
+        })?;
+        let name = &after[..end];
+        let value = env
+            .get(name)
+            .with_context(|| format!("${{{name}}} is not in the node's env"))?;
+        out.push_str(value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// How container paths map onto the host when nodes are namespaces, not containers:
 /// `/etc`, `/var` and `/run` go to the node's own directory, `/usr/local/bin` to the
 /// workspace's release binaries.
@@ -280,6 +312,8 @@ fn is_path_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '-' | '_')
 }
 
+/// The suffix of a bind target that is a template: rendered to the target without it.
+pub const TEMPLATE_SUFFIX: &str = ".tmpl";
 const START_VARIABLE: &str = "LAB_START";
 const SERVICE_PREFIX: &str = "LAB_SERVICE_";
 const BIN_PREFIX: &str = "/usr/local/bin/";
@@ -331,6 +365,35 @@ topology:
         assert!(names("pop-b").iter().any(|s| s == "bird"));
         assert_eq!(names("origin"), ["nats-1", "nats-2", "nats-3"]);
         assert_eq!(names("mon"), ["prometheus"]);
+    }
+
+    #[test]
+    fn templates_take_the_node_env_and_name_what_is_missing() {
+        let env: BTreeMap<String, String> = [("POP", "pop-eu1"), ("ADDR", "10.11.1.2")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into();
+        assert_eq!(
+            render("pop: ${POP}\nlisten: ${ADDR}:9180 # $HOME $ {x}", &env).unwrap(),
+            "pop: pop-eu1\nlisten: 10.11.1.2:9180 # $HOME $ {x}"
+        );
+        let e = format!("{:#}", render("as: ${AS}", &env).unwrap_err());
+        assert!(e.contains("${AS}") && e.contains("env"), "{e}");
+        let e = format!("{:#}", render("as: ${AS", &env).unwrap_err());
+        assert!(e.contains("unclosed"), "{e}");
+    }
+
+    #[test]
+    fn merge_keys_give_a_node_another_nodes_settings() {
+        let text = SMALL.replace(
+            "    p:\n      kind: linux\n      image: p:latest",
+            "    p:\n      kind: linux\n      image: p:latest\n    q:\n      <<: *r\n      exec: []",
+        )
+        .replace("    r:\n", "    r: &r\n");
+        let topology = Topology::parse(&text).unwrap();
+        let q = topology.node("q").unwrap();
+        assert_eq!(q.binds, ["r/bird.conf:/etc/bird/bird.conf"]);
+        assert!(q.exec.is_empty());
+        assert_eq!(q.services().unwrap()[0].name, "bird");
     }
 
     #[test]
