@@ -102,7 +102,7 @@ impl Lab {
 
     /// Makes the origin's stream as its administrator (`edge create-stream`, what the
     /// controller runs in production: the PoPs' users may only publish), once the
-    /// cluster has a quorum.
+    /// cluster has a quorum; from the origin's own node, which every topology has.
     fn make_origin_stream(&self, timeout: Duration) -> anyhow::Result<()> {
         let command = format!(
             "{} create-stream --servers {} --stream WEBHOOKS --replicas 3 --ca {} --nkey-seed-file {}",
@@ -113,7 +113,7 @@ impl Lab {
         );
         let deadline = Instant::now() + timeout;
         loop {
-            match netns::run_ok(&namespace("client"), &command) {
+            match netns::run_ok(&namespace("origin"), &command) {
                 Ok(_) => return Ok(()),
                 Err(e) if Instant::now() > deadline => {
                     let logs = self.state_dir.join("origin/logs");
