@@ -46,16 +46,7 @@ impl LabCli {
 
     /// `lab ARGS`: its stdout, or its output when it fails.
     pub fn try_run(&self, args: &[&str]) -> Result<String, String> {
-        let output = Command::new(lab_bin()).args(args).output().unwrap();
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-        } else {
-            Err(format!(
-                "{}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
+        stdout_of(Command::new(lab_bin()).args(args))
     }
 
     /// Starts every service `lab status` reports stopped, naming each; so that a
@@ -139,12 +130,7 @@ impl LabCli {
     ) -> Load {
         let child = Command::new(lab_bin())
             .args(client_lab())
-            .arg("send")
-            .args(["--url", url])
-            .args(["--rate", &rate.to_string()])
-            .args(["--duration", &format!("{}ms", duration.as_millis())])
-            .args(["--id-prefix", prefix])
-            .args(["--connections", &connections.to_string()])
+            .args(send_args(url, prefix, rate, duration, connections))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -447,12 +433,19 @@ impl Drop for LabCli {
 
 /// A `lab send` running in the client.
 pub struct Load {
-    child: Child,
+    pub(crate) child: Child,
 }
 
 impl Load {
     /// Waits for the load to end and returns its outcomes.
     pub fn finish(self, lab: &LabCli) -> Vec<Outcome> {
+        let outcomes = self.outcomes();
+        lab.all.borrow_mut().extend(outcomes.iter().cloned());
+        outcomes
+    }
+
+    /// Waits for the load to end and returns its outcomes (at least one).
+    pub fn outcomes(self) -> Vec<Outcome> {
         let output = self.child.wait_with_output().unwrap();
         assert!(
             output.status.success(),
@@ -465,9 +458,47 @@ impl Load {
             .map(|line| serde_json::from_str(line).unwrap())
             .collect();
         assert!(!outcomes.is_empty());
-        lab.all.borrow_mut().extend(outcomes.iter().cloned());
         outcomes
     }
+}
+
+/// Runs `command`: its stdout, or its stdout and stderr when it fails.
+pub(crate) fn stdout_of(command: &mut Command) -> Result<String, String> {
+    let output = command.output().map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// `send` and its flags: `rate` signed webhooks a second to `url` for `duration`, ids
+/// from `prefix`, over `connections` keep-alive connections (0: a new one each).
+pub(crate) fn send_args(
+    url: &str,
+    prefix: &str,
+    rate: u32,
+    duration: Duration,
+    connections: u32,
+) -> Vec<String> {
+    [
+        "send".to_owned(),
+        "--url".to_owned(),
+        url.to_owned(),
+        "--rate".to_owned(),
+        rate.to_string(),
+        "--duration".to_owned(),
+        format!("{}ms", duration.as_millis()),
+        "--id-prefix".to_owned(),
+        prefix.to_owned(),
+        "--connections".to_owned(),
+        connections.to_string(),
+    ]
+    .into()
 }
 
 /// The router's next hops for the IPv4 VIP (one per announcing PoP).
@@ -485,7 +516,11 @@ pub fn router_next_hops_for(vip: &str) -> Vec<String> {
         ])
         .output()
         .unwrap();
-    let routes = String::from_utf8_lossy(&output.stdout);
+    via_addresses(&String::from_utf8_lossy(&output.stdout))
+}
+
+/// The next hops (`via ADDRESS`) in `ip route show`'s output.
+pub(crate) fn via_addresses(routes: &str) -> Vec<String> {
     let words: Vec<&str> = routes.split_whitespace().collect();
     words
         .windows(2)
