@@ -144,9 +144,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let lab = lab()?;
             print!("{}", lab.status()?);
             println!();
-            for vip in ["192.0.2.10", "2001:db8:a::10"] {
-                let hops = lab.next_hops("rtr", vip).unwrap_or_default();
-                println!("rtr: {vip} via {}", hops.join(", "));
+            // The routers facing PoPs (rtr, or a fleet's rtr-eu, rtr-us, ...).
+            let routers = lab.topology.nodes().map(|(name, _)| name);
+            for router in routers.filter(|name| name.starts_with("rtr")) {
+                for vip in ["192.0.2.10", "2001:db8:a::10"] {
+                    let hops = lab.next_hops(router, vip).unwrap_or_default();
+                    println!("{router}: {vip} via {}", hops.join(", "));
+                }
             }
             let prometheus = Prometheus::of(&lab)?;
             println!("\n{}: alerts", prometheus.node());

@@ -368,6 +368,94 @@ topology:
     }
 
     #[test]
+    fn the_fleet_parses_with_its_pops_sharing_the_first_of_their_kind() {
+        let topology = Topology::parse(include_str!("../../fleet.clab.yml")).unwrap();
+        let pops: Vec<&String> = topology
+            .nodes()
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("pop-"))
+            .collect();
+        assert_eq!(
+            pops,
+            [
+                "pop-ap1", "pop-ap2", "pop-eu1", "pop-eu2", "pop-eu3", "pop-us1", "pop-us2",
+                "pop-us3"
+            ]
+        );
+        for region in ["eu", "us", "ap"] {
+            let speakers: Vec<String> = pops
+                .iter()
+                .filter(|pop| pop.contains(region))
+                .map(|pop| {
+                    topology.node(pop).unwrap().services().unwrap()[2]
+                        .name
+                        .clone()
+                })
+                .collect();
+            assert!(
+                speakers.contains(&"exabgp".to_owned()) && speakers.contains(&"bird".to_owned()),
+                "{region}: {speakers:?}"
+            );
+        }
+        let us3 = topology.node("pop-us3").unwrap();
+        assert_eq!(us3.env["POP"], "pop-us3");
+        assert_eq!(us3.env["ADDR"], "10.12.3.2");
+        assert_eq!(us3.services().unwrap()[3].name, "bgp-agent");
+        assert_eq!(topology.node("core2").unwrap().env["NET"], "10.21");
+        assert_eq!(
+            topology.node("rtr-ap").unwrap().services().unwrap()[0].name,
+            "bird"
+        );
+    }
+
+    #[test]
+    fn every_fleet_template_renders_on_every_node_that_binds_it() {
+        let topology = Topology::parse(include_str!("../../fleet.clab.yml")).unwrap();
+        let templates = [
+            (
+                "fleet/pop/edge.yaml.tmpl",
+                include_str!("../../fleet/pop/edge.yaml.tmpl"),
+            ),
+            (
+                "fleet/pop/agent.yaml.tmpl",
+                include_str!("../../fleet/pop/agent.yaml.tmpl"),
+            ),
+            (
+                "fleet/pop/xdp.yaml.tmpl",
+                include_str!("../../fleet/pop/xdp.yaml.tmpl"),
+            ),
+            (
+                "fleet/pop/exabgp.conf.tmpl",
+                include_str!("../../fleet/pop/exabgp.conf.tmpl"),
+            ),
+            (
+                "fleet/pop/bird.conf.tmpl",
+                include_str!("../../fleet/pop/bird.conf.tmpl"),
+            ),
+            (
+                "fleet/core/bird.conf.tmpl",
+                include_str!("../../fleet/core/bird.conf.tmpl"),
+            ),
+        ];
+        let mut rendered = 0;
+        for (name, node) in topology.nodes() {
+            for bind in node.binds().unwrap() {
+                if !bind.target.ends_with(TEMPLATE_SUFFIX) {
+                    continue;
+                }
+                let (_, text) = templates
+                    .iter()
+                    .find(|(source, _)| *source == bind.source)
+                    .unwrap_or_else(|| panic!("{name}: {} is not a known template", bind.source));
+                let out = render(text, &node.env).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+                assert!(!out.contains("${"), "{name}: {}", bind.source);
+                rendered += 1;
+            }
+        }
+        assert_eq!(rendered, 8 * 4 + 2);
+    }
+
+    #[test]
     fn templates_take_the_node_env_and_name_what_is_missing() {
         let env: BTreeMap<String, String> = [("POP", "pop-eu1"), ("ADDR", "10.11.1.2")]
             .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -1,7 +1,8 @@
 //! What the tests and benchmarks of every crate share, in one place: the `edge` binary
 //! run on loopback with a certificate and signed webhooks (`edge`), the agent's BIRD
 //! and ExaBGP namespaces (`bgp`), the XDP filter's veth pair and crafted packets (`xdp`,
-//! `packets`), and the `lab` binary driven as a user would (`e2e`).
+//! `packets`), and the `lab` binary driven as a user would, on the small topology (`e2e`)
+//! and on the fleet (`fleet`).
 #![warn(missing_docs)]
 #![allow(
     clippy::expect_used,
@@ -11,6 +12,7 @@
 pub mod bgp;
 pub mod e2e;
 pub mod edge;
+pub mod fleet;
 pub mod packets;
 pub mod xdp;
 
