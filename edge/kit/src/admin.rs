@@ -130,9 +130,9 @@ where
                 async move { Ok::<_, Infallible>(response) }
             });
             let evicted = slots.eviction(id);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let mut connection = Box::pin(builder.serve_connection(TokioIo::new(stream), service));
             let closed_for = tokio::select! {
-                result = connection => match result {
+                result = &mut connection => match result {
                     Err(e) if e.is_timeout() => Some("header_timeout"),
                     _ => None,
                 },
@@ -149,6 +149,8 @@ where
                     );
                 }
             }
+            // Counted before the socket closes, so whoever sees the close sees the count.
+            drop(connection);
         });
     }
 }
