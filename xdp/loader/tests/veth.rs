@@ -14,6 +14,7 @@ fn junk_counts_match(mode: &str, tag: &str) {
         &victim,
         &[
             "/usr/bin/python3",
+            "-u",
             "-m",
             "http.server",
             "80",
@@ -22,6 +23,18 @@ fn junk_counts_match(mode: &str, tag: &str) {
         ],
         "http.log",
     );
+    // The loader can be ready before python listens: a refused curl is not a drop.
+    let serving = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(lab.dir.path().join("http.log"))
+        .unwrap_or_default()
+        .contains("Serving HTTP")
+    {
+        assert!(
+            Instant::now() < serving,
+            "http.server not listening in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let config = lab.config(mode, "203.0.113.0/24");
     let loader = lab.start_loader(&config);
     let log = std::fs::read_to_string(lab.dir.path().join("xdp.log")).unwrap();
