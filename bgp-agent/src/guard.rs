@@ -11,9 +11,11 @@
 //!
 //! While a withdraw is pending the guard asks every round, and over a lossy WAN some
 //! question of a round goes unanswered (a lost SYN costs a second). Counted as unknown,
-//! one such miss would let the withdraw through the round after a veto, so a peer that
-//! does not answer keeps its last answer for [`RECALL_TIMEOUTS`] timeouts; after that it
-//! is unknown, and a flooded peer still cannot hold a broken PoP up for long.
+//! one such miss would let a withdraw through (the fleet test saw two PoPs left where
+//! three were required), so a peer that does not answer keeps its last answer for
+//! [`RECALL_TIMEOUTS`] timeouts, and one not heard within that time counts as withdrawn
+//! until it has missed answers for as long; only then is it unknown. A flooded peer
+//! delays a broken PoP's withdraw by those few timeouts and cannot hold it up longer.
 //!
 //! [`Guard`] is the decision (pure, fed answers and the time); [`ask_peers`] the I/O.
 
@@ -63,16 +65,21 @@ impl Tally {
     }
 }
 
-/// The guard's memory: since when it has been vetoing, and what each peer last said.
+/// The guard's memory: since when it has been vetoing, what each peer last said, and
+/// since when each silent peer has missed its answers (first and latest miss).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Guard {
     vetoing_since: Option<Duration>,
     heard: HashMap<String, (PeerRoute, Duration)>,
+    missing: HashMap<String, (Duration, Duration)>,
 }
 
 impl Guard {
     /// The peers' answers at `now` (`answers[i]` from `peers[i]`), each unknown one
-    /// replaced by what that peer said at most `recall` ago; the answers are remembered.
+    /// replaced by what that peer said at most `recall` ago, or, if it said nothing in
+    /// that time, by withdrawn until its misses have lasted `recall` (misses further
+    /// apart than `recall` start afresh). The answers are remembered, and peers no
+    /// longer asked (a reload removed them) forgotten.
     pub(crate) fn recall(
         &mut self,
         now: Duration,
@@ -80,17 +87,26 @@ impl Guard {
         answers: &[PeerRoute],
         recall: Duration,
     ) -> Vec<PeerRoute> {
+        self.heard.retain(|peer, _| peers.contains(peer));
+        self.missing.retain(|peer, _| peers.contains(peer));
         peers
             .iter()
             .zip(answers)
-            .map(|(peer, answer)| match (answer, self.heard.get(peer)) {
-                (PeerRoute::Unknown, Some((last, at))) if now.saturating_sub(*at) <= recall => {
-                    *last
+            .map(|(peer, answer)| {
+                if *answer != PeerRoute::Unknown {
+                    self.heard.insert(peer.clone(), (*answer, now));
+                    self.missing.remove(peer);
+                    return *answer;
                 }
-                (PeerRoute::Unknown, _) => PeerRoute::Unknown,
-                (known, _) => {
-                    self.heard.insert(peer.clone(), (*known, now));
-                    *known
+                let since = match self.missing.get(peer) {
+                    Some((since, latest)) if now.saturating_sub(*latest) <= recall => *since,
+                    _ => now,
+                };
+                self.missing.insert(peer.clone(), (since, now));
+                match self.heard.get(peer) {
+                    Some((last, at)) if now.saturating_sub(*at) <= recall => *last,
+                    _ if now.saturating_sub(since) < recall => PeerRoute::NotAnnounced,
+                    _ => PeerRoute::Unknown,
                 }
             })
             .collect()
@@ -209,17 +225,35 @@ mod tests {
     }
 
     #[test]
-    fn a_missed_answer_is_the_last_one_heard_for_a_while_then_unknown() {
+    fn a_missed_answer_is_the_last_one_heard_for_a_while_then_withdrawn_then_unknown() {
         let peers: Vec<String> = ["a", "b"].map(String::from).into();
         let mut guard = Guard::default();
         let recall = s(3);
-        assert_eq!(guard.recall(s(0), &peers, &[U, N], recall), [U, N]);
+        // a never heard: withdrawn until it has missed answers for 3 s.
+        assert_eq!(guard.recall(s(0), &peers, &[U, N], recall), [N, N]);
         assert_eq!(guard.recall(s(1), &peers, &[A, U], recall), [A, N]);
         assert_eq!(guard.recall(s(3), &peers, &[U, U], recall), [A, N]);
-        // b last answered at 0 s, a at 1 s.
+        // b last answered at 0 s and has missed since 1 s; a answered at 1 s.
         assert_eq!(guard.recall(s(4), &peers, &[U, U], recall), [A, U]);
-        assert_eq!(guard.recall(s(5), &peers, &[U, U], recall), [U, U]);
-        assert_eq!(guard.recall(s(6), &peers, &[N, U], recall), [N, U]);
+        // a has missed since 3 s.
+        assert_eq!(guard.recall(s(5), &peers, &[U, U], recall), [N, U]);
+        assert_eq!(guard.recall(s(6), &peers, &[U, U], recall), [U, U]);
+        assert_eq!(guard.recall(s(7), &peers, &[N, U], recall), [N, U]);
+        // b's misses stop and come back 10 s later: a new run of misses.
+        assert_eq!(guard.recall(s(20), &peers, &[N, U], recall), [N, N]);
+        assert_eq!(guard.recall(s(23), &peers, &[N, U], recall), [N, U]);
+    }
+
+    #[test]
+    fn a_peer_removed_by_a_reload_is_forgotten() {
+        let before: Vec<String> = ["a", "b"].map(String::from).into();
+        let after: Vec<String> = ["a"].map(String::from).into();
+        let mut guard = Guard::default();
+        guard.recall(s(0), &before, &[A, A], s(3));
+        guard.recall(s(1), &after, &[U], s(3));
+        assert_eq!(guard.heard.keys().collect::<Vec<_>>(), ["a"]);
+        // Back in the list, b is a peer not heard yet.
+        assert_eq!(guard.recall(s(2), &before, &[U, U], s(3)), [A, N]);
     }
 
     #[test]
@@ -232,7 +266,10 @@ mod tests {
         };
         assert_eq!(round(0, &[A, N, N]), Verdict::Veto);
         assert_eq!(round(1, &[A, U, N]), Verdict::Veto);
-        assert_eq!(round(5, &[A, U, N]), Verdict::Allow);
+        // b's last answer is too old and its misses are new: withdrawn, still a veto.
+        assert_eq!(round(5, &[A, U, N]), Verdict::Veto);
+        // b has missed for 3 s: unknown, which never vetoes.
+        assert_eq!(round(8, &[A, U, N]), Verdict::Allow);
     }
 
     #[test]
