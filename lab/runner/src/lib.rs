@@ -2,8 +2,9 @@
 //! network namespaces and run its services, `machine` boots Debian PoP machines into
 //! it, `sender` is the client's webhook load, `origin` reads what reached the origin
 //! queue, `prometheus` what the lab's Prometheus sees and `dashboard` the fleet's Grafana
-//! dashboard as queries; `readme` hands the README's example configs to the tests;
-//! `wan` is a long-haul link with delay and loss.
+//! dashboard as queries; `regions` is `lab status` of a fleet, region by region;
+//! `readme` hands the README's example configs to the tests; `wan` is a long-haul link
+//! with delay and loss.
 #![warn(missing_docs)]
 
 pub mod dashboard;
@@ -12,6 +13,7 @@ pub mod netns;
 pub mod origin;
 pub mod prometheus;
 pub mod readme;
+pub mod regions;
 pub mod runner;
 pub mod sender;
 pub mod topology;

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use lab::origin::OriginAccess;
 use lab::prometheus::Prometheus;
+use lab::regions;
 use lab::runner::Lab;
 use nix::sys::signal;
 
@@ -144,15 +145,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let lab = lab()?;
             print!("{}", lab.status()?);
             println!();
-            // The routers facing PoPs (rtr, or a fleet's rtr-eu, rtr-us, ...).
-            let routers = lab.topology.nodes().map(|(name, _)| name);
-            for router in routers.filter(|name| name.starts_with("rtr")) {
-                for vip in ["192.0.2.10", "2001:db8:a::10"] {
+            for router in lab.topology.routers() {
+                for vip in [VIP, VIP6] {
                     let hops = lab.next_hops(router, vip).unwrap_or_default();
                     println!("{router}: {vip} via {}", hops.join(", "));
                 }
             }
             let prometheus = Prometheus::of(&lab)?;
+            if let Some(regions) = regions::status(&lab, &prometheus, VIP) {
+                print!("\n{regions}");
+            }
             println!("\n{}: alerts", prometheus.node());
             // A Prometheus that is down or starting is a status, not an error.
             match prometheus.alerts() {
@@ -281,3 +283,7 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
 }
+
+/// The anycast VIP every PoP announces, IPv4 and IPv6.
+const VIP: &str = "192.0.2.10";
+const VIP6: &str = "2001:db8:a::10";

@@ -124,6 +124,48 @@ impl std::fmt::Display for Alert {
     }
 }
 
+/// An instant vector's values (a query's `data`) by one of its series' labels.
+pub fn values_by(data: &serde_json::Value, label: &str) -> BTreeMap<String, f64> {
+    series(data)
+        .filter_map(|s| Some((label_of(s, label)?, number(&s["value"][1])?)))
+        .collect()
+}
+
+/// An instant vector's `label` to its `other` label, series by series.
+pub fn labels_by(data: &serde_json::Value, label: &str, other: &str) -> BTreeMap<String, String> {
+    series(data)
+        .filter_map(|s| Some((label_of(s, label)?, label_of(s, other)?)))
+        .collect()
+}
+
+/// A range vector's samples (unix seconds, value), oldest first, by one of its series'
+/// labels.
+pub fn samples_by(data: &serde_json::Value, label: &str) -> BTreeMap<String, Vec<(f64, f64)>> {
+    series(data)
+        .filter_map(|s| {
+            let samples = s["values"]
+                .as_array()?
+                .iter()
+                .filter_map(|sample| Some((sample[0].as_f64()?, number(&sample[1])?)))
+                .collect();
+            Some((label_of(s, label)?, samples))
+        })
+        .collect()
+}
+
+fn series(data: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    data["result"].as_array().into_iter().flatten()
+}
+
+fn label_of(series: &serde_json::Value, label: &str) -> Option<String> {
+    Some(series["metric"][label].as_str()?.to_owned())
+}
+
+/// A sample's value: Prometheus writes numbers as strings.
+fn number(value: &serde_json::Value) -> Option<f64> {
+    value.as_str()?.parse().ok()
+}
+
 /// The `data` of an API answer, or its error.
 fn answer(body: &str) -> anyhow::Result<serde_json::Value> {
     let reply: serde_json::Value =
@@ -136,4 +178,37 @@ fn answer(body: &str) -> anyhow::Result<serde_json::Value> {
 
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_are_read_by_label() {
+        let instant: serde_json::Value = serde_json::from_str(
+            r#"{"resultType":"vector","result":[
+                {"metric":{"pop":"pop-a","instance":"10.0.1.2:9180"},"value":[100.5,"12.5"]},
+                {"metric":{"instance":"10.0.2.2:9180"},"value":[100.5,"3"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            values_by(&instant, "pop"),
+            BTreeMap::from([("pop-a".to_owned(), 12.5)])
+        );
+        assert_eq!(
+            labels_by(&instant, "pop", "instance"),
+            BTreeMap::from([("pop-a".to_owned(), "10.0.1.2:9180".to_owned())])
+        );
+        let range: serde_json::Value = serde_json::from_str(
+            r#"{"resultType":"matrix","result":[
+                {"metric":{"pop":"pop-b"},"values":[[100,"1"],[102,"4"]]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            samples_by(&range, "pop"),
+            BTreeMap::from([("pop-b".to_owned(), vec![(100.0, 1.0), (102.0, 4.0)])])
+        );
+        assert!(values_by(&serde_json::Value::Null, "pop").is_empty());
+    }
 }

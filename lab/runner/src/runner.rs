@@ -237,13 +237,7 @@ impl Lab {
             &namespace(router),
             &format!("ip {family} route show {prefix}"),
         )?;
-        Ok(routes
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .windows(2)
-            .filter(|w| w[0] == "via")
-            .map(|w| w[1].to_owned())
-            .collect())
+        Ok(next_hops_in(&routes))
     }
 
     /// How `node`'s container paths map onto the host.
@@ -301,6 +295,17 @@ impl Lab {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// The next hops (`via ADDRESS`) in `ip route show`'s output.
+pub fn next_hops_in(routes: &str) -> Vec<String> {
+    routes
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[0] == "via")
+        .map(|w| w[1].to_owned())
+        .collect()
 }
 
 fn pidfiles(dir: &Path) -> Vec<(PathBuf, i32)> {

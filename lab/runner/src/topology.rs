@@ -130,6 +130,13 @@ impl Topology {
         self.topology.nodes.iter()
     }
 
+    /// The routers that face PoPs (labelled `lab.role: router`), by name.
+    pub fn routers(&self) -> impl Iterator<Item = &String> {
+        self.nodes()
+            .filter(|(_, node)| node.is_router())
+            .map(|(name, _)| name)
+    }
+
     /// The node called `name`.
     pub fn node(&self, name: &str) -> anyhow::Result<&Node> {
         self.topology
@@ -165,6 +172,24 @@ impl Topology {
 }
 
 impl Node {
+    /// Whether it is a router that faces PoPs: labelled `lab.role: router`.
+    pub fn is_router(&self) -> bool {
+        self.labels
+            .get(ROLE_LABEL)
+            .is_some_and(|role| role == ROUTER_ROLE)
+    }
+
+    /// Its region, in a fleet: its `lab.region` label.
+    pub fn region(&self) -> Option<&str> {
+        self.labels.get(REGION_LABEL).map(String::as_str)
+    }
+
+    /// Whether it runs an edge (a service called `edge`): a PoP.
+    pub fn is_pop(&self) -> bool {
+        self.services()
+            .is_ok_and(|services| services.iter().any(|s| s.name == "edge"))
+    }
+
     /// The node's bind mounts, parsed.
     pub fn binds(&self) -> anyhow::Result<Vec<Bind>> {
         self.binds
@@ -315,6 +340,10 @@ fn is_path_char(c: char) -> bool {
 /// The suffix of a bind target that is a template: rendered to the target without it.
 pub const TEMPLATE_SUFFIX: &str = ".tmpl";
 const START_VARIABLE: &str = "LAB_START";
+/// The labels `lab status` reads: a node's role (a router's is `router`) and region.
+const ROLE_LABEL: &str = "lab.role";
+const ROUTER_ROLE: &str = "router";
+const REGION_LABEL: &str = "lab.region";
 const SERVICE_PREFIX: &str = "LAB_SERVICE_";
 const BIN_PREFIX: &str = "/usr/local/bin/";
 const NODE_PREFIXES: [&str; 3] = ["/etc", "/var", "/run"];
@@ -365,6 +394,8 @@ topology:
         assert!(names("pop-b").iter().any(|s| s == "bird"));
         assert_eq!(names("origin"), ["nats-1", "nats-2", "nats-3"]);
         assert_eq!(names("mon"), ["prometheus"]);
+        assert_eq!(topology.routers().collect::<Vec<_>>(), ["rtr"]);
+        assert!(topology.nodes().all(|(_, node)| node.region().is_none()));
     }
 
     #[test]
@@ -372,8 +403,8 @@ topology:
         let topology = Topology::parse(include_str!("../../fleet.clab.yml")).unwrap();
         let pops: Vec<&String> = topology
             .nodes()
+            .filter(|(_, node)| node.is_pop())
             .map(|(name, _)| name)
-            .filter(|name| name.starts_with("pop-"))
             .collect();
         assert_eq!(
             pops,
@@ -396,7 +427,20 @@ topology:
                 speakers.contains(&"exabgp".to_owned()) && speakers.contains(&"bird".to_owned()),
                 "{region}: {speakers:?}"
             );
+            let in_region: Vec<&str> = topology
+                .nodes()
+                .filter(|(_, node)| node.region() == Some(region))
+                .map(|(name, _)| name.as_str())
+                .collect();
+            assert!(
+                in_region.iter().all(|name| name.contains(region)) && in_region.len() >= 3,
+                "{region}: {in_region:?}"
+            );
         }
+        assert_eq!(
+            topology.routers().collect::<Vec<_>>(),
+            ["rtr-ap", "rtr-eu", "rtr-us"]
+        );
         let us3 = topology.node("pop-us3").unwrap();
         assert_eq!(us3.env["POP"], "pop-us3");
         assert_eq!(us3.env["ADDR"], "10.12.3.2");

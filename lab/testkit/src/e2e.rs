@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lab::origin::{Arrival, Probe, Replication};
 use lab::prometheus::Alert;
+use lab::runner::next_hops_in;
 use lab::sender::Outcome;
 
 /// The `lab` binary, with the topology up for the test's lifetime.
@@ -516,17 +517,7 @@ pub fn router_next_hops_for(vip: &str) -> Vec<String> {
         ])
         .output()
         .unwrap();
-    via_addresses(&String::from_utf8_lossy(&output.stdout))
-}
-
-/// The next hops (`via ADDRESS`) in `ip route show`'s output.
-pub(crate) fn via_addresses(routes: &str) -> Vec<String> {
-    let words: Vec<&str> = routes.split_whitespace().collect();
-    words
-        .windows(2)
-        .filter(|w| w[0] == "via")
-        .map(|w| w[1].to_owned())
-        .collect()
+    next_hops_in(&String::from_utf8_lossy(&output.stdout))
 }
 
 /// The router's next hops for the anycast address, sampled every ~20 ms on a thread

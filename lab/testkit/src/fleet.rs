@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use lab::origin::Arrival;
 use lab::prometheus::Alert;
+use lab::runner::next_hops_in;
 use lab::sender::Outcome;
 
-use crate::e2e::{Load, VIP, lab_bin, send_args, stdout_of, url, via_addresses};
+use crate::e2e::{Load, VIP, lab_bin, send_args, stdout_of, url};
 
 /// One region of the fleet.
 #[derive(Clone, Copy, Debug)]
@@ -66,7 +67,7 @@ impl Fleet {
         let routes = self
             .run(&["exec", router, "--", "ip", "-4", "route", "show", VIP])
             .unwrap_or_default();
-        via_addresses(&routes)
+        next_hops_in(&routes)
     }
 
     /// How many PoPs announce the VIP now: the paths the region routers' BIRD holds
