@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(curl openssl ca-certificates iproute2 procps python3 wrk nginx-light bird2 exabgp
           llvm-22-dev hping3 python3-scapy iptables slowhttptest nftables
           debootstrap systemd-container netcat-openbsd zstd openssh-client python3-venv dpkg-dev
-          prometheus prometheus-node-exporter linux-perf fuse3 iputils-ping)
+          prometheus prometheus-node-exporter linux-perf fuse3 iputils-ping fonts-dejavu-core)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -3,8 +3,8 @@
 //! it, `sender` is the client's webhook load, `origin` reads what reached the origin
 //! queue, `prometheus` what the lab's Prometheus sees and `dashboard` the fleet's Grafana
 //! dashboard as queries; `regions` is `lab status` of a fleet, region by region;
-//! `readme` hands the README's example configs to the tests; `wan` is a long-haul link
-//! with delay and loss.
+//! `timeline` draws a scenario as a PNG; `readme` hands the README's example configs to
+//! the tests; `wan` is a long-haul link with delay and loss.
 #![warn(missing_docs)]
 
 pub mod dashboard;
@@ -16,6 +16,7 @@ pub mod readme;
 pub mod regions;
 pub mod runner;
 pub mod sender;
+pub mod timeline;
 pub mod topology;
 pub mod wan;
 

@@ -2,15 +2,17 @@
 //! [`crate::e2e`] drives the small one: up for the value's lifetime, its regions'
 //! routers, senders and the origin.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lab::origin::Arrival;
-use lab::prometheus::Alert;
+use lab::prometheus::{self, Alert};
 use lab::runner::next_hops_in;
 use lab::sender::Outcome;
 
-use crate::e2e::{Load, VIP, lab_bin, send_args, stdout_of, url};
+use crate::e2e::{Load, ORIGIN_SERVERS, VIP, lab_bin, send_args, stdout_of, url};
 
 /// One region of the fleet.
 #[derive(Clone, Copy, Debug)]
@@ -146,16 +148,51 @@ impl Fleet {
         self.load(client, prefix, rate, duration).outcomes()
     }
 
-    /// Starts `client`'s sender in the background (see [`Fleet::send`]).
+    /// Starts `client`'s sender in the background (see [`Fleet::send`]), a new
+    /// connection for each webhook.
     pub fn load(&self, client: &str, prefix: &str, rate: u32, duration: Duration) -> Load {
-        let child = command()
-            .args(["exec", client, "--", lab_bin()])
-            .args(send_args(&url(VIP), prefix, rate, duration, 0))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("lab: {e}"));
-        Load { child }
+        self.sender(client, prefix, rate, duration, 0)
+    }
+
+    /// Starts `client`'s sender in the background over `connections` keep-alive
+    /// connections: a steady load whose cost is the webhooks, not TLS handshakes.
+    pub fn load_kept_alive(
+        &self,
+        client: &str,
+        prefix: &str,
+        rate: u32,
+        connections: u32,
+        duration: Duration,
+    ) -> Load {
+        self.sender(client, prefix, rate, duration, connections)
+    }
+
+    /// Stops every server of the origin's NATS cluster.
+    pub fn stop_origin(&self) {
+        for server in ORIGIN_SERVERS {
+            self.run(&["stop", "origin", server])
+                .unwrap_or_else(|e| panic!("stop the origin's {server}: {e}"));
+        }
+    }
+
+    /// Starts the origin's servers again.
+    pub fn start_origin(&self) {
+        for server in ORIGIN_SERVERS {
+            self.run(&["start", "origin", server])
+                .unwrap_or_else(|e| panic!("start the origin's {server}: {e}"));
+        }
+    }
+
+    /// A PromQL instant query at the fleet's Prometheus whose result is a vector: each
+    /// series' `label` with its value.
+    pub fn query_by(&self, expr: &str, label: &str) -> BTreeMap<String, f64> {
+        prometheus::values_by(&self.query(expr), label)
+    }
+
+    /// A PromQL range-vector query (`metric[5m]`) at the fleet's Prometheus: each series'
+    /// `label` with its samples as (unix seconds, value), oldest first.
+    pub fn samples_by(&self, expr: &str, label: &str) -> BTreeMap<String, Vec<(f64, f64)>> {
+        prometheus::samples_by(&self.query(expr), label)
     }
 
     /// The fleet Prometheus's alerts, pending and firing.
@@ -185,6 +222,31 @@ impl Fleet {
             .collect()
     }
 
+    fn sender(
+        &self,
+        client: &str,
+        prefix: &str,
+        rate: u32,
+        duration: Duration,
+        connections: u32,
+    ) -> Load {
+        let child = command()
+            .args(["exec", client, "--", lab_bin()])
+            .args(send_args(&url(VIP), prefix, rate, duration, connections))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("lab: {e}"));
+        Load { child }
+    }
+
+    fn query(&self, expr: &str) -> serde_json::Value {
+        let data = self
+            .run(&["query", expr])
+            .unwrap_or_else(|e| panic!("fleet query {expr}: {e}"));
+        serde_json::from_str(&data).unwrap_or_else(|e| panic!("{expr}: {data}: {e}"))
+    }
+
     fn wait_until_next_hops(
         &self,
         router: &str,
@@ -209,6 +271,52 @@ impl Drop for Fleet {
     fn drop(&mut self) {
         let _ = run(&["down"]);
     }
+}
+
+/// Where a fleet scenario's timeline goes: `target/lab/NAME.png` (made if missing).
+pub fn timeline_path(name: &str) -> PathBuf {
+    let release = Path::new(crate::built_binary("lab"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let dir = release.parent().unwrap_or(&release).join("lab");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir.join(format!("{name}.png"))
+}
+
+/// Webhooks acknowledged each second by each PoP, and those that failed (as `failed`),
+/// from a load's outcomes: (unix second, count), a zero for each second without one.
+pub fn answered_per_second(outcomes: &[Outcome]) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let mut counts: BTreeMap<String, BTreeMap<u64, u32>> = BTreeMap::new();
+    for outcome in outcomes {
+        let series = match (&outcome.pop, outcome.acked()) {
+            (Some(pop), true) => pop.clone(),
+            _ => "failed".to_owned(),
+        };
+        *counts
+            .entry(series)
+            .or_default()
+            .entry(outcome.done_ms / 1000)
+            .or_default() += 1;
+    }
+    let seconds = outcomes.iter().map(|o| o.done_ms / 1000);
+    let (Some(first), Some(last)) = (seconds.clone().min(), seconds.max()) else {
+        return BTreeMap::new();
+    };
+    counts
+        .into_iter()
+        .map(|(series, per_second)| {
+            let samples = (first..=last)
+                .map(|s| {
+                    (
+                        s as f64,
+                        f64::from(per_second.get(&s).copied().unwrap_or(0)),
+                    )
+                })
+                .collect();
+            (series, samples)
+        })
+        .collect()
 }
 
 /// `lab --topology <fleet> ARGS`.
@@ -239,3 +347,44 @@ pub const REGIONS: [Region; 3] = [
         pops: &["10.13.1.2", "10.13.2.2"],
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(pop: Option<&str>, status: Option<u16>, done_ms: u64) -> Outcome {
+        Outcome {
+            id: String::new(),
+            sent_ms: done_ms,
+            done_ms,
+            status,
+            pop: pop.map(str::to_owned),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn answers_are_counted_per_pop_and_second_with_the_failures_apart() {
+        let outcomes = [
+            outcome(Some("pop-ap1"), Some(202), 10_100),
+            outcome(Some("pop-ap1"), Some(202), 10_900),
+            outcome(None, None, 11_500),
+            outcome(Some("pop-eu1"), Some(202), 12_000),
+            outcome(Some("pop-eu1"), Some(503), 12_300),
+        ];
+        let per_second = answered_per_second(&outcomes);
+        assert_eq!(
+            per_second["pop-ap1"],
+            [(10.0, 2.0), (11.0, 0.0), (12.0, 0.0)]
+        );
+        assert_eq!(
+            per_second["pop-eu1"],
+            [(10.0, 0.0), (11.0, 0.0), (12.0, 1.0)]
+        );
+        assert_eq!(
+            per_second["failed"],
+            [(10.0, 0.0), (11.0, 1.0), (12.0, 1.0)]
+        );
+        assert!(answered_per_second(&[]).is_empty());
+    }
+}
