@@ -1,4 +1,5 @@
-//! Admission control in the real binary, against a slow disk (each fsync takes 30 ms):
+//! Admission control in the real binary, against a slow disk (each fsync takes 30 ms more
+//! than on the tmpfs the spool is on, so that the disk is exactly that slow):
 //! with more senders than the disk can serve, low-priority routes are answered 503 +
 //! Retry-After before their bodies are read, the overload flag rises, and every high-priority delivery is
 //! still acknowledged; a per-source rate limit answers 429 + Retry-After.
@@ -28,7 +29,7 @@ const ADMISSION: &str =
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_a_slow_disk_low_priority_is_shed_fast_and_high_priority_is_kept() {
-    let edge = Edge::start(SLOW_DISK, ROUTES).with_section(ADMISSION);
+    let edge = Edge::start_in_memory(SLOW_DISK, ROUTES).with_section(ADMISSION);
     let overloaded_seen = Arc::new(AtomicBool::new(false));
     let watching = Arc::new(AtomicBool::new(true));
     let watcher = {

@@ -130,10 +130,11 @@ impl Edge {
     }
 
     /// As [`Edge::start`], with the edge's directory, spool included, in memory (a
-    /// tmpfs): its fsyncs cost nothing. For tests that judge what a sender costs the edge
-    /// in CPU and connection slots, where a disk's own stalls would be blamed on the
-    /// sender (beside a writeback of a few GB, this machine's fsyncs took up to 400 ms and
-    /// a legitimate sender's p99 rose from 3 to 343 ms with no attack running).
+    /// tmpfs): its fsyncs cost nothing, or exactly the spool's `sync_delay`. For tests
+    /// whose timing must not include a real disk's stalls: what a sender costs the edge
+    /// in CPU and connection slots, or a disk slowed to a known speed (beside a writeback
+    /// of a few GB, this machine's fsyncs took up to 400 ms, and a legitimate sender's p99
+    /// rose from 3 to 343 ms with no attack running).
     pub fn start_in_memory(spool_extra: &str, extra_routes: &str) -> Edge {
         let dir = tempfile::tempdir_in(IN_MEMORY).unwrap();
         let mut edge = Edge::create_in(dir, spool_extra, extra_routes);
