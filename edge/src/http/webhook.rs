@@ -89,6 +89,13 @@ async fn handle_route(
     body: &mut RequestBody,
 ) -> Response<ResponseBody> {
     let route = &entry.route;
+    #[cfg(feature = "rollback-rehearsal")]
+    if route.provider == Provider::Github {
+        return json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"error":"a deliberately broken build (rollback-rehearsal)"}"#,
+        );
+    }
     // RFC 8470: a proxy in front of us that forwarded early data says so.
     let early = arrival.early
         || parts
