@@ -2,7 +2,9 @@
 //! systemd-nspawn into the lab's pop-a and pop-b namespaces (so the lab's router, origin
 //! and client are their upstream and senders), provisioned over ssh by `site.yml` with
 //! the package built from this checkout, one speaking BGP through ExaBGP and one through
-//! BIRD; then upgraded by `rolling-deploy.yml` under load, and refused a bad config.
+//! BIRD; then upgraded by `rolling-deploy.yml` under load (each stage judged by its
+//! Prometheus gate), a broken build stopped at the canary and rolled back, and refused a
+//! bad config.
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"
@@ -30,6 +32,7 @@ fn ansible_provisions_upgrades_and_refuses_bad_config() {
     firewall(&machines);
     second_run_changes_nothing(&fleet);
     rolling_deploy(&fleet, &lab, &machines);
+    canary_stops_a_broken_build(&fleet, &lab, &machines);
     rotate_ticket_keys(&fleet, &lab, &machines);
     operations(&lab, &machines);
     hardening(&lab, &machines);
@@ -272,6 +275,13 @@ fn rolling_deploy(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     );
     let deploy_done = load_started.elapsed();
     run.assert_ok();
+    for pop in ["pop-a", "pop-b"] {
+        assert!(
+            run.output.contains(&format!("gate passed for {pop}")),
+            "{pop}'s stage was not judged:\n{}",
+            run.output
+        );
+    }
     let outcomes = load.finish(lab);
     let router = router.stop();
     assert!(
@@ -300,7 +310,7 @@ fn rolling_deploy(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
     lab.wait_next_hops(2, Duration::from_secs(30));
     println!(
-        "scenario ansible-rolling-deploy: {} → {} on 2 PoPs in {:.1} s ({:.1} s per PoP) under 50 webhooks/s: {} of {} requests failed (all in flight across one of the router's {} path changes), fewest router paths {fewest}, every ack at the origin (the load went on {:.1} s after the deploy)",
+        "scenario ansible-rolling-deploy: {} → {} on 2 PoPs in {:.1} s ({:.1} s per PoP, its gate's soak included) under 50 webhooks/s: {} of {} requests failed (all in flight across one of the router's {} path changes), fewest router paths {fewest}, every ack at the origin (the load went on {:.1} s after the deploy)",
         fleet.version,
         fleet.upgrade_version,
         run.elapsed.as_secs_f64(),
@@ -309,6 +319,110 @@ fn rolling_deploy(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         outcomes.len(),
         router.changes().len(),
         (DEPLOY_LOAD - deploy_done).as_secs_f64(),
+    );
+}
+
+/// `rolling-deploy.yml` with a build whose GitHub route answers 500, under the same
+/// load: the canary (pop-a) takes it and fails its gate, is drained, put back on the
+/// running package and undrained, and the play fails with the gate's numbers. pop-b is
+/// never touched, the router keeps at least one path, the 500s all come from the canary
+/// within one gate interval, nothing else fails but in flight across a path change, and
+/// every acked webhook reaches the origin.
+fn canary_stops_a_broken_build(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
+    let (broken, broken_version) = build_broken_package(fleet);
+    let router = RouterWatch::start();
+    let load_started = Instant::now();
+    let load = lab.load("ansible-canary", 50, CANARY_LOAD);
+    std::thread::sleep(Duration::from_secs(1));
+    let run = fleet.playbook(
+        "rolling-deploy.yml",
+        &["-e", &format!("edge_package_file={}", broken.display())],
+    );
+    let play_done = load_started.elapsed();
+    let outcomes = load.finish(lab);
+    let router = router.stop();
+    assert!(
+        !run.success,
+        "the broken build went through:\n{}",
+        run.output
+    );
+    let rolled_back = format!("pop-a rolled back to {}", fleet.upgrade_version);
+    assert!(
+        run.output.contains("gate failed for pop-a") && run.output.contains(&rolled_back),
+        "the play did not stop at the canary's gate:\n{}",
+        run.output
+    );
+    assert_eq!(
+        run.recap("pop-b", "ok"),
+        0,
+        "pop-b was touched:\n{}",
+        run.output
+    );
+    assert!(
+        play_done < CANARY_LOAD,
+        "the play ({play_done:?}) outlasted the load"
+    );
+    for machine in machines {
+        let version = machine
+            .run("dpkg-query -W -f '${Version}' webhook-edge")
+            .unwrap();
+        assert_eq!(version, fleet.upgrade_version, "{}", machine.name);
+    }
+
+    let broken_answers: Vec<Outcome> = outcomes
+        .iter()
+        .filter(|o| o.status == Some(500))
+        .cloned()
+        .collect();
+    assert!(
+        !broken_answers.is_empty(),
+        "no 500 from the broken build: was it installed?"
+    );
+    assert!(
+        broken_answers
+            .iter()
+            .all(|o| o.pop.as_deref() == Some("pop-a")),
+        "a 500 from another PoP than the canary: {:?}",
+        failures(&broken_answers)
+    );
+    let first_ms = broken_answers.iter().map(|o| o.sent_ms).min().unwrap();
+    let last_ms = broken_answers.iter().map(|o| o.done_ms).max().unwrap();
+    let broken_for = Duration::from_millis(last_ms - first_ms);
+    assert!(
+        broken_for <= GATE_SOAK + GATE_JUDGEMENT,
+        "the canary answered 500s for {broken_for:?}, longer than one gate interval"
+    );
+    let other_failures: Vec<Outcome> = outcomes
+        .iter()
+        .filter(|o| !o.acked() && o.status != Some(500))
+        .cloned()
+        .collect();
+    let (rehashed, other): (Vec<_>, Vec<_>) = other_failures
+        .iter()
+        .cloned()
+        .partition(|o| router.rehashed(o));
+    assert!(other.is_empty(), "{:?}", failures(&other));
+    let allowed = MAX_REHASHED_PER_CHANGE * router.changes().len();
+    assert!(rehashed.len() <= allowed, "{:?}", failures(&rehashed));
+    let fewest = router.fewest_paths();
+    assert!(fewest >= 1, "the router had no path during the canary");
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
+    lab.wait_next_hops(2, Duration::from_secs(30));
+    let gate = run
+        .output
+        .lines()
+        .find_map(|line| line.split_once("gate failed for pop-a: "))
+        .map_or("", |(_, numbers)| numbers.trim_end_matches(['"', '\'']));
+    println!(
+        "scenario ansible-canary: {} -> {broken_version} (GitHub route answers 500) under 50 webhooks/s: stopped at the canary and rolled back in {:.1} s, pop-b untouched; {} of {} requests answered 500, all by pop-a within {:.1} s (soak {} s); {} failed in flight across the router's {} path changes; fewest router paths {fewest}; every ack at the origin; gate: {gate}",
+        fleet.upgrade_version,
+        run.elapsed.as_secs_f64(),
+        broken_answers.len(),
+        outcomes.len(),
+        broken_for.as_secs_f64(),
+        GATE_SOAK.as_secs(),
+        rehashed.len(),
+        router.changes().len(),
     );
 }
 
@@ -334,7 +448,6 @@ fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         assert_eq!(machine.unit_state("edge"), "active");
         let changed = metric(
             machine,
-            "http://127.0.0.1:9180/metrics",
             "edge_tls_ticket_keys_changed_timestamp_seconds",
             "pop=",
         );
@@ -397,14 +510,7 @@ fn operations(lab: &LabCli, machines: &[Machine]) {
         assert_eq!(answer, format!("202 {version}"), "curl {flag}");
     }
 
-    let reloads = |m: &Machine| {
-        metric(
-            m,
-            "http://127.0.0.1:9180/metrics",
-            "edge_config_reloads_total",
-            "result=\"ok\"",
-        )
-    };
+    let reloads = |m: &Machine| metric(m, "edge_config_reloads_total", "result=\"ok\"");
     let pid_before = main_pid(pop_a, "edge");
     let reloads_before = reloads(pop_a);
     pop_a.run("systemctl reload edge").unwrap();
@@ -687,11 +793,11 @@ fn main_pid(machine: &Machine, unit: &str) -> String {
         .to_owned()
 }
 
-/// A sample's value from a Prometheus endpoint inside the machine: the series `name`
+/// A sample's value from the edge's metrics, read inside the machine: the series `name`
 /// whose labels include `label` (0 when absent).
-fn metric(machine: &Machine, url: &str, name: &str, label: &str) -> f64 {
+fn metric(machine: &Machine, name: &str, label: &str) -> f64 {
     machine
-        .run(&format!("curl -s {url}"))
+        .run("curl -s http://$(sed -n 's/^admin_listen: //p' /etc/edge/edge.yaml)/metrics")
         .unwrap()
         .lines()
         .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
@@ -963,6 +1069,10 @@ impl Fleet {
             ))
             // The machines' packages are in the rootfs; they cannot reach a mirror.
             .args(["-e", "apt_update_cache=false"])
+            // The controller (on the host) cannot reach the lab's Prometheus; the PoPs can.
+            .args(["-e", "rollout_query_from=pop-b"])
+            .arg("-e")
+            .arg(format!("rollout_soak_seconds={}", GATE_SOAK.as_secs()))
             .arg(playbook)
             .args(args)
             .stdout(log.try_clone().unwrap())
@@ -1035,6 +1145,55 @@ fn build_package(repo: &Path, out: &Path, revision: Option<&str>) -> (PathBuf, S
             .arg("Version"),
     );
     (path, version.trim().to_owned())
+}
+
+/// The upgrade package with its edge binary swapped for a `rollback-rehearsal` build
+/// (its GitHub route answers 500) and its version past the upgrade's, so apt takes it.
+fn build_broken_package(fleet: &Fleet) -> (PathBuf, String) {
+    let target = fleet.repo.join("target/rehearsal");
+    run_ok(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&fleet.repo)
+            .args(["build", "--release", "-p", "edge", "--bin", "edge"])
+            .args(["--features", "rollback-rehearsal", "--target-dir"])
+            .arg(&target),
+    );
+    let unpacked = fleet.dir.join("broken-deb");
+    let _ = std::fs::remove_dir_all(&unpacked);
+    run_ok(
+        Command::new("dpkg-deb")
+            .arg("-R")
+            .arg(&fleet.upgrade_package)
+            .arg(&unpacked),
+    );
+    std::fs::copy(target.join("release/edge"), unpacked.join("usr/bin/edge")).unwrap();
+    let version = format!("{}+broken1", fleet.upgrade_version);
+    let control_path = unpacked.join("DEBIAN/control");
+    let control = std::fs::read_to_string(&control_path).unwrap();
+    let control: Vec<String> = control
+        .lines()
+        .map(|line| match line.strip_prefix("Version: ") {
+            Some(_) => format!("Version: {version}"),
+            None => line.to_owned(),
+        })
+        .collect();
+    std::fs::write(&control_path, control.join("\n") + "\n").unwrap();
+    let arch = run_ok(
+        Command::new("dpkg-deb")
+            .arg("-f")
+            .arg(&fleet.upgrade_package)
+            .arg("Architecture"),
+    );
+    let package = fleet
+        .dir
+        .join(format!("debs/webhook-edge_{version}_{}.deb", arch.trim()));
+    run_ok(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "-b"])
+            .arg(&unpacked)
+            .arg(&package),
+    );
+    (package, version)
 }
 
 /// An ssh ProxyCommand from the controller's address.
@@ -1142,5 +1301,13 @@ const PLAYBOOKS: [&str; 6] = [
 const CONTROLLER_ADDR: &str = "10.0.4.9";
 const PLAYBOOK_TIMEOUT: Duration = Duration::from_secs(300);
 /// Long enough to cover the whole rolling deploy: ~70 s on a quiet 2-core machine, over
-/// 100 s with a busy disk (dpkg's fsyncs in the machines).
-const DEPLOY_LOAD: Duration = Duration::from_secs(120);
+/// 100 s with a busy disk (dpkg's fsyncs in the machines), plus each stage's gate.
+const DEPLOY_LOAD: Duration = Duration::from_secs(200);
+/// How long each stage of a rollout takes traffic before its gate judges it (the
+/// production default is 120 s).
+const GATE_SOAK: Duration = Duration::from_secs(20);
+/// The rest of a gate interval: the gate's queries (from pop-b, over ssh), then the
+/// rollback's drain until the router stops sending new connections to the canary.
+const GATE_JUDGEMENT: Duration = Duration::from_secs(30);
+/// The canary's install, soak, gate and rollback.
+const CANARY_LOAD: Duration = Duration::from_secs(150);
