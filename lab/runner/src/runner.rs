@@ -103,6 +103,7 @@ impl Lab {
     /// Makes the origin's stream as its administrator (`edge create-stream`, what the
     /// controller runs in production: the PoPs' users may only publish), once the
     /// cluster has a quorum; from the origin's own node, which every topology has.
+    /// A cluster that still cannot place it after [`ORIGIN_STUCK`] is restarted once.
     fn make_origin_stream(&self, timeout: Duration) -> anyhow::Result<()> {
         let command = format!(
             "{} create-stream --servers {} --stream WEBHOOKS --replicas 3 --ca {} --nkey-seed-file {}",
@@ -111,10 +112,24 @@ impl Lab {
             self.source_dir.join("origin/tls/ca.pem").display(),
             self.source_dir.join("origin/admin.nk").display(),
         );
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut restarted = false;
         loop {
             match netns::run_ok(&namespace("origin"), &command) {
                 Ok(_) => return Ok(()),
+                Err(e) if !restarted && started.elapsed() > ORIGIN_STUCK => {
+                    // nats-server 2.10.27 once elected a metadata leader and then
+                    // refused placement for 2 minutes ("no suitable peers for
+                    // placement", CI 2026-12-05; not reproduced in 16 bring-ups since).
+                    // What an operator would do: restart the cluster.
+                    eprintln!(
+                        "lab: the origin's stream not made in {ORIGIN_STUCK:?} ({:#}); restarting its servers",
+                        e.root_cause()
+                    );
+                    self.restart_services("origin")?;
+                    restarted = true;
+                }
                 Err(e) if Instant::now() > deadline => {
                     let logs = self.state_dir.join("origin/logs");
                     let tails: Vec<String> = ["nats-1", "nats-2", "nats-3"]
@@ -150,6 +165,18 @@ impl Lab {
             netns::delete(&namespace(&node));
         }
         let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+
+    /// Stops every service of `node` (SIGTERM), then starts them again.
+    fn restart_services(&self, node: &str) -> anyhow::Result<()> {
+        let services = self.topology.node(node)?.services()?;
+        for service in &services {
+            self.stop_service(node, &service.name, Signal::SIGTERM)?;
+        }
+        for service in &services {
+            self.start_service(node, service)?;
+        }
+        Ok(())
     }
 
     /// Starts one of a node's services in its namespace, logging to its log file.
@@ -364,3 +391,6 @@ fn stop_pid(pid: i32) {
         wait_gone(pid, Duration::from_secs(2));
     }
 }
+
+/// How long the origin's cluster may fail to place the stream before `up` restarts it.
+const ORIGIN_STUCK: Duration = Duration::from_secs(30);
