@@ -40,24 +40,7 @@ enum Command {
     /// Make the origin's JetStream stream as the edges expect it (what the controller
     /// runs, with the origin administrator's identity: a PoP's own user may only
     /// publish). Prints `created` or `exists` first; an existing stream is left as it is.
-    CreateStream {
-        /// The origin's servers, comma-separated.
-        #[arg(long, value_delimiter = ',', required = true)]
-        servers: Vec<String>,
-        #[arg(long, default_value = "WEBHOOKS")]
-        stream: String,
-        #[arg(long, default_value_t = 1)]
-        replicas: usize,
-        /// The CA that signed the origin's certificate (TLS is then required).
-        #[arg(long)]
-        ca: Option<PathBuf>,
-        /// A file holding the administrator's nkey seed (`-` for standard input).
-        #[arg(long, conflicts_with = "credentials")]
-        nkey_seed_file: Option<PathBuf>,
-        /// The administrator's NATS credentials file.
-        #[arg(long)]
-        credentials: Option<PathBuf>,
-    },
+    CreateStream(CreateStreamArgs),
     /// Print the shed ledger of a spool directory as JSON lines: requests refused by
     /// admission control with the delivery id they claimed (unverified), for
     /// reconciliation (e.g. GitHub's redelivery API).
@@ -110,16 +93,8 @@ fn main() -> ExitCode {
             ))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CreateStream {
-            servers,
-            stream,
-            replicas,
-            ca,
-            nkey_seed_file,
-            credentials,
-        } => {
-            let nats =
-                create_stream_settings(servers, stream, replicas, ca, nkey_seed_file, credentials)?;
+        Command::CreateStream(args) => {
+            let nats = create_stream_settings(args)?;
             print_line(
                 &runtime
                     .block_on(edge::backhaul::create_stream(&nats))?
@@ -239,26 +214,40 @@ fn named_json(named: &[(u64, String)]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `edge create-stream`'s flags.
+#[derive(clap::Args)]
+struct CreateStreamArgs {
+    /// The origin's servers, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    servers: Vec<String>,
+    #[arg(long, default_value = "WEBHOOKS")]
+    stream: String,
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// The CA that signed the origin's certificate (TLS is then required).
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// A file holding the administrator's nkey seed (`-` for standard input).
+    #[arg(long, conflicts_with = "credentials")]
+    nkey_seed_file: Option<PathBuf>,
+    /// The administrator's NATS credentials file.
+    #[arg(long)]
+    credentials: Option<PathBuf>,
+}
+
 /// `edge create-stream`: NATS settings from the flags (defaults for the rest, as a
 /// config file would have them).
-fn create_stream_settings(
-    servers: Vec<String>,
-    stream: String,
-    replicas: usize,
-    ca: Option<PathBuf>,
-    nkey_seed_file: Option<PathBuf>,
-    credentials: Option<PathBuf>,
-) -> anyhow::Result<edge::config::NatsSettings> {
+fn create_stream_settings(args: CreateStreamArgs) -> anyhow::Result<edge::config::NatsSettings> {
     let mut settings = serde_json::json!({
-        "servers": servers,
-        "stream": stream,
-        "replicas": replicas,
-        "credentials": credentials,
+        "servers": args.servers,
+        "stream": args.stream,
+        "replicas": args.replicas,
+        "credentials": args.credentials,
     });
-    if let Some(ca) = ca {
+    if let Some(ca) = args.ca {
         settings["tls"] = serde_json::json!({ "ca": ca });
     }
-    if let Some(path) = nkey_seed_file {
+    if let Some(path) = args.nkey_seed_file {
         let seed = if path.as_os_str() == "-" {
             std::io::read_to_string(std::io::stdin()).context("--nkey-seed-file -")?
         } else {
