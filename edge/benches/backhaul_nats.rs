@@ -279,6 +279,7 @@ fn backhaul_settings(nats: &NatsServer) -> BackhaulSettings {
             stream: "WEBHOOKS".into(),
             create: false,
             replicas: 1,
+            duplicate_window: Duration::from_secs(120),
             subject: "webhooks.{pop}.{route}".into(),
             inbox_prefix: "_INBOX.{pop}".into(),
             credentials: None,

@@ -224,6 +224,10 @@ struct CreateStreamArgs {
     stream: String,
     #[arg(long, default_value_t = 1)]
     replicas: usize,
+    /// How long a resend of a message is dropped (`Nats-Msg-Id`): longer than the
+    /// longest origin outage to ride out without duplicates.
+    #[arg(long, default_value = "1h", value_parser = humantime_serde::re::humantime::parse_duration)]
+    duplicate_window: std::time::Duration,
     /// The CA that signed the origin's certificate (TLS is then required).
     #[arg(long)]
     ca: Option<PathBuf>,
@@ -238,10 +242,12 @@ struct CreateStreamArgs {
 /// `edge create-stream`: NATS settings from the flags (defaults for the rest, as a
 /// config file would have them).
 fn create_stream_settings(args: CreateStreamArgs) -> anyhow::Result<edge::config::NatsSettings> {
+    let duplicate_window = humantime_serde::re::humantime::format_duration(args.duplicate_window);
     let mut settings = serde_json::json!({
         "servers": args.servers,
         "stream": args.stream,
         "replicas": args.replicas,
+        "duplicate_window": duplicate_window.to_string(),
         "credentials": args.credentials,
     });
     if let Some(ca) = args.ca {

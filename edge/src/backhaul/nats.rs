@@ -53,8 +53,12 @@ pub async fn create_stream(settings: &NatsSettings) -> anyhow::Result<String> {
     };
     let info = stream.info().await.context("stream info")?;
     Ok(format!(
-        "{verb}: stream {}, subjects {:?}, {} replicas, {} messages",
-        info.config.name, info.config.subjects, info.config.num_replicas, info.state.messages
+        "{verb}: stream {}, subjects {:?}, {} replicas, duplicates dropped within {}, {} messages",
+        info.config.name,
+        info.config.subjects,
+        info.config.num_replicas,
+        humantime_serde::re::humantime::format_duration(info.config.duplicate_window),
+        info.state.messages
     ))
 }
 
@@ -324,12 +328,12 @@ async fn connect_options(settings: &NatsSettings) -> anyhow::Result<async_nats::
 }
 
 /// The stream every PoP publishes into: all `webhooks.>` subjects, duplicates (by
-/// `Nats-Msg-Id`) dropped within two minutes, `replicas` copies.
+/// `Nats-Msg-Id`) dropped within `duplicate_window`, `replicas` copies.
 fn stream_config(settings: &NatsSettings) -> jetstream::stream::Config {
     jetstream::stream::Config {
         name: settings.stream.clone(),
         subjects: vec!["webhooks.>".into()],
-        duplicate_window: Duration::from_secs(120),
+        duplicate_window: settings.duplicate_window,
         num_replicas: settings.replicas,
         ..Default::default()
     }

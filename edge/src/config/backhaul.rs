@@ -65,6 +65,16 @@ pub struct NatsSettings {
     /// losing a server loses no acknowledged event. Default 1.
     #[serde(default = "NatsSettings::default_replicas")]
     pub replicas: usize,
+    /// How long the stream `create` makes still drops a resend of a message (by
+    /// `Nats-Msg-Id`). A publish in flight when the origin went down is sent again once
+    /// it is back: within the window it is dropped, after it the origin holds the
+    /// event twice. Default 1h, against JetStream's 2 minutes, so an origin outage of up
+    /// to an hour costs no duplicate; JetStream keeps every id of the window in memory.
+    #[serde(
+        default = "NatsSettings::default_duplicate_window",
+        with = "humantime_serde"
+    )]
+    pub duplicate_window: Duration,
     /// `{pop}` and `{route}` are replaced. Default `webhooks.{pop}.{route}`.
     #[serde(default = "NatsSettings::default_subject")]
     pub subject: String,
@@ -236,6 +246,10 @@ impl NatsSettings {
         1
     }
 
+    fn default_duplicate_window() -> Duration {
+        Duration::from_secs(3600)
+    }
+
     fn validate(self, errors: &mut FieldErrors) -> Self {
         if self.servers.is_empty() {
             errors.add("backhaul.nats.servers", "must list at least one server");
@@ -253,6 +267,12 @@ impl NatsSettings {
             errors.add(
                 "backhaul.nats.replicas",
                 format!("must be 1 to {MAX_REPLICAS} (JetStream's limit)"),
+            );
+        }
+        if self.duplicate_window < Duration::from_secs(1) {
+            errors.add(
+                "backhaul.nats.duplicate_window",
+                "must be at least 1s (resends are dropped only inside it)",
             );
         }
         if self.reconnect_max < Duration::from_millis(100) {

@@ -290,6 +290,21 @@ routes:
     }
 
     #[test]
+    fn resends_are_dropped_for_an_hour_unless_told_otherwise() {
+        let window = |extra: &str| nats_of(&with_nats(extra)).duplicate_window;
+        assert_eq!(window(""), Duration::from_secs(3600));
+        assert_eq!(
+            window(", duplicate_window: 6h"),
+            Duration::from_secs(6 * 3600)
+        );
+        let errors = errors_of(&with_nats(", duplicate_window: 500ms"));
+        assert_eq!(
+            errors[0].field, "backhaul.nats.duplicate_window",
+            "{errors:?}"
+        );
+    }
+
+    #[test]
     fn each_pop_reads_replies_in_an_inbox_of_its_own() {
         assert_eq!(nats_of(&with_nats("")).inbox_prefix, "_INBOX.{pop}");
         let custom = with_nats(", inbox_prefix: _R.fra1");
