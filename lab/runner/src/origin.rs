@@ -84,6 +84,8 @@ pub struct Arrival {
     pub id: String,
     /// The PoP that delivered it.
     pub pop: String,
+    /// Its sequence number in the stream.
+    pub seq: u64,
 }
 
 /// The stream's replication, as its leader reports it.
@@ -170,9 +172,14 @@ pub async fn arrivals(access: &OriginAccess, stream: &str) -> anyhow::Result<Vec
                     .map(|v| v.as_str().to_owned())
                     .unwrap_or_default()
             };
+            let seq = message
+                .info()
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .stream_sequence;
             arrivals.push(Arrival {
                 id: header(async_nats::HeaderName::from_static("Edge-Event-Id")),
                 pop: header(async_nats::HeaderName::from_static("Edge-Pop")),
+                seq,
             });
         }
         anyhow::ensure!(

@@ -47,10 +47,15 @@ fn the_fleet_over_the_wan() {
         let missing = acked.filter(|o| !count.contains_key(o.id.as_str())).count();
         let twice = count.values().filter(|n| **n > 1).count();
         if (missing == 0 && twice == 0) || Instant::now() > deadline {
+            let copies: Vec<String> = arrivals
+                .iter()
+                .filter(|a| count[a.id.as_str()] > 1)
+                .map(|a| format!("{} from {} at seq {}", a.id, a.pop, a.seq))
+                .collect();
             assert_eq!(
                 (missing, twice),
                 (0, 0),
-                "acked events missing, duplicated at the origin"
+                "acked events missing, duplicated at the origin (copies: {copies:?})"
             );
             let acked = sent.iter().filter(|o| o.acked()).count();
             println!("fleet: all {acked} acknowledged events at the origin once");
