@@ -242,12 +242,10 @@ struct CreateStreamArgs {
 /// `edge create-stream`: NATS settings from the flags (defaults for the rest, as a
 /// config file would have them).
 fn create_stream_settings(args: CreateStreamArgs) -> anyhow::Result<edge::config::NatsSettings> {
-    let duplicate_window = humantime_serde::re::humantime::format_duration(args.duplicate_window);
     let mut settings = serde_json::json!({
         "servers": args.servers,
         "stream": args.stream,
         "replicas": args.replicas,
-        "duplicate_window": duplicate_window.to_string(),
         "credentials": args.credentials,
     });
     if let Some(ca) = args.ca {
@@ -262,5 +260,7 @@ fn create_stream_settings(args: CreateStreamArgs) -> anyhow::Result<edge::config
         };
         settings["nkey"] = serde_json::Value::String(seed.trim().to_owned());
     }
-    Ok(serde_json::from_value(settings)?)
+    let mut nats: edge::config::NatsSettings = serde_json::from_value(settings)?;
+    nats.duplicate_window = args.duplicate_window;
+    Ok(nats)
 }
