@@ -77,11 +77,14 @@ pub(super) struct SignedTimestamp {
     pub(super) tolerance: Duration,
 }
 
-/// Collects the signatures a header offers, enforcing the scheme's MAC length and
-/// [`MAX_SIGNATURES`].
+/// Collects the signatures a header offers, enforcing [`MAX_SIGNATURES`]. A candidate
+/// that cannot be a MAC (bad encoding, wrong length) is skipped, as the providers' own
+/// libraries do: it costs nothing to skip, and refusing the whole header for it would
+/// refuse deliveries those libraries accept.
 pub(super) struct Signatures {
     digest: Digest,
     header: &'static str,
+    offered: usize,
     decoded: Vec<Vec<u8>>,
 }
 
@@ -90,25 +93,26 @@ impl Signatures {
         Self {
             digest,
             header,
+            offered: 0,
             decoded: Vec::new(),
         }
     }
 
-    /// Adds one signature as the header's encoding decoded it (`None`: bad encoding).
+    /// Adds one candidate as the header's encoding decoded it (`None`: bad encoding).
+    /// Every candidate counts toward the cap, usable or not, so a flood of junk
+    /// candidates is refused as a malformed header before any MAC is computed.
     pub(super) fn push(&mut self, decoded: Option<Vec<u8>>) -> Result<(), VerifyError> {
-        match decoded {
-            Some(signature)
-                if signature.len() == self.digest.mac_len()
-                    && self.decoded.len() < MAX_SIGNATURES =>
-            {
-                self.decoded.push(signature);
-                Ok(())
-            }
-            _ => Err(VerifyError::MalformedHeader(self.header)),
+        self.offered += 1;
+        if self.offered > MAX_SIGNATURES {
+            return Err(VerifyError::MalformedHeader(self.header));
         }
+        if let Some(signature) = decoded.filter(|s| s.len() == self.digest.mac_len()) {
+            self.decoded.push(signature);
+        }
+        Ok(())
     }
 
-    /// The signatures, or a malformed header when it offered none.
+    /// The signatures, or a malformed header when it offered none usable.
     pub(super) fn into_head(
         self,
         prefix: Vec<u8>,
@@ -159,7 +163,8 @@ pub(super) fn check_timestamp(
     }
 }
 
-/// Most signatures one request may offer; more makes its header malformed.
+/// Most signature candidates one request may offer, usable or not; more makes its
+/// header malformed.
 pub const MAX_SIGNATURES: usize = 8;
 
 #[cfg(test)]

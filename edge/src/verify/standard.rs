@@ -188,6 +188,24 @@ mod tests {
         assert_eq!(decode_secret("whsec_"), None);
     }
 
+    /// The `standardwebhooks` reference accepts a valid `v1` beside one that cannot be
+    /// a MAC; so does the edge.
+    #[test]
+    fn a_malformed_candidate_beside_a_valid_one_is_skipped() {
+        let now = at(1_614_265_330);
+        for header in [
+            format!("v1,AAAA {SPEC_SIG}"),
+            format!("v1,!!! {SPEC_SIG}"),
+            format!("v1, {SPEC_SIG}"),
+        ] {
+            assert_eq!(
+                verify(&key(), &spec_headers(&header, SPEC_TS), SPEC_BODY, now, TOL),
+                Ok(()),
+                "{header}"
+            );
+        }
+    }
+
     #[test]
     fn signature_floods_are_malformed_not_computed() {
         let now = at(1_614_265_330);
