@@ -36,7 +36,23 @@ impl BodyRate {
         }
         (received as f64) < self.min_bytes_per_second as f64 * elapsed.as_secs_f64()
     }
+
+    /// Whether a body that has delivered `received` bytes after `elapsed` trickles: past
+    /// the grace period at under [`TRICKLE_FACTOR`] times the minimum rate. Such a
+    /// body is within the rules, but its connection is among the first to make room
+    /// when the connection table is full.
+    pub fn trickles(&self, elapsed: Duration, received: u64) -> bool {
+        let fast_enough = BodyRate {
+            min_bytes_per_second: self.min_bytes_per_second.saturating_mul(TRICKLE_FACTOR),
+            deadline: Duration::MAX,
+            ..*self
+        };
+        fast_enough.too_slow(elapsed, received)
+    }
 }
+
+/// A body under this many times the minimum rate trickles ([`BodyRate::trickles`]).
+pub(crate) const TRICKLE_FACTOR: u64 = 4;
 
 #[cfg(test)]
 mod tests {
@@ -65,6 +81,25 @@ mod tests {
             ..RULE
         };
         assert!(!off.too_slow(Duration::from_secs(29), 0));
+    }
+
+    #[test]
+    fn a_body_under_four_times_the_minimum_trickles() {
+        assert!(
+            !RULE.trickles(Duration::from_secs(2), 0),
+            "not in the grace period"
+        );
+        assert!(RULE.trickles(Duration::from_secs(10), 39_999));
+        assert!(!RULE.trickles(Duration::from_secs(10), 40_000));
+        assert!(
+            !RULE.trickles(Duration::from_secs(40), 10_000_000),
+            "the deadline is too_slow's, not a trickle"
+        );
+        let off = BodyRate {
+            min_bytes_per_second: 0,
+            ..RULE
+        };
+        assert!(!off.trickles(Duration::from_secs(29), 0));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use crate::conn_limits::Caps;
 pub(super) struct RawConnections {
     /// Client connections open at once. Default 20000.
     max: usize,
+    /// Connections of `max` still in their TLS handshake. Default: a quarter of `max`.
+    max_handshakes: Option<usize>,
     /// Connections from one IPv4 address or IPv6 /64. Default 256.
     per_source: usize,
     /// CIDRs where many senders share addresses (provider egress ranges); also exempt
@@ -26,6 +28,7 @@ impl Default for RawConnections {
     fn default() -> Self {
         Self {
             max: 20_000,
+            max_handshakes: None,
             per_source: 256,
             trusted: Vec::new(),
             per_trusted_source: 8192,
@@ -45,6 +48,13 @@ impl RawConnections {
                 "must be at least connections.per_source",
             );
         }
+        let max_handshakes = self.max_handshakes.unwrap_or((self.max / 4).max(1));
+        if max_handshakes == 0 || max_handshakes > self.max {
+            errors.add(
+                "connections.max_handshakes",
+                "must be positive and at most connections.max",
+            );
+        }
         let trusted_reserve = self.trusted_reserve.unwrap_or(self.max / 20);
         if !self.trusted.is_empty() && trusted_reserve >= self.max {
             errors.add(
@@ -54,6 +64,7 @@ impl RawConnections {
         }
         Caps {
             max_total: self.max,
+            max_handshakes,
             max_per_source: self.per_source,
             trusted: self.trusted,
             max_per_trusted_source: self.per_trusted_source,

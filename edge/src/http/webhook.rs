@@ -109,9 +109,13 @@ async fn handle_route(
     let received_ms = unix_ms();
     // The MACs are taken as the body arrives: a large body costs its work in small
     // steps over the upload, and nothing is left for a second pass.
-    let read = read_body(body, route.max_body, app.body_rate, |chunk| {
-        verification.update(chunk)
-    })
+    let read = read_body(
+        body,
+        route.max_body,
+        app.body_rate,
+        &arrival.connection,
+        |chunk| verification.update(chunk),
+    )
     .await;
     let body = match read {
         Ok(body) => body,
@@ -433,14 +437,19 @@ enum BodyError {
 }
 
 /// Collects the body up to `limit` bytes, as long as it keeps to the minimum rate and
-/// deadline, handing each chunk to `observe` as it comes. What is left unread when it
-/// stops is the caller's to discard.
+/// deadline, handing each chunk to `observe` as it comes, and telling `connection` while
+/// the body trickles. What is left unread when it stops is the caller's to discard.
 async fn read_body(
     body: &mut RequestBody,
     limit: u64,
     rate: BodyRate,
+    connection: &ConnUsage,
     mut observe: impl FnMut(&[u8]),
 ) -> Result<Bytes, BodyError> {
+    let mut trickle = Trickle {
+        connection,
+        on: false,
+    };
     let started = tokio::time::Instant::now();
     let mut collected = BytesMut::new();
     let mut pieces = 0u64;
@@ -468,6 +477,7 @@ async fn read_body(
         }
         observe(&data);
         collected.extend_from_slice(&data);
+        trickle.set(rate.trickles(started.elapsed(), collected.len() as u64));
         if rate.too_slow(started.elapsed(), collected.len() as u64) {
             return Err(BodyError::TooSlow {
                 received: collected.len() as u64,
@@ -476,6 +486,27 @@ async fn read_body(
         }
     }
     Ok(collected.freeze())
+}
+
+/// A body's trickling state as its connection sees it, reset when the read ends.
+struct Trickle<'c> {
+    connection: &'c ConnUsage,
+    on: bool,
+}
+
+impl Trickle<'_> {
+    fn set(&mut self, on: bool) {
+        if on != self.on {
+            self.on = on;
+            self.connection.trickling(on);
+        }
+    }
+}
+
+impl Drop for Trickle<'_> {
+    fn drop(&mut self) {
+        self.set(false);
+    }
 }
 
 /// Reads and throws away what the client still sends after its answer was decided, in

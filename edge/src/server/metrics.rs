@@ -13,7 +13,7 @@ pub struct ConnectionMetrics {
     pub(super) idle_connections: Gauge,
     pub(super) accept_errors: Family<Reason, Counter>,
     pub(super) connections_refused: Family<Reason, Counter>,
-    pub(super) evicted: Counter,
+    pub(super) evicted: Family<Reason, Counter>,
     pub(super) tfo_accepted: Counter,
 }
 
@@ -43,7 +43,7 @@ impl ConnectionMetrics {
         );
         registry.register(
             "connections_evicted",
-            "Idle connections closed at connections.max to let a new one in",
+            "Connections closed at a connection cap to let a new one in, by what they were doing (handshake, trickling_body, idle)",
             metrics.evicted.clone(),
         );
         registry.register(
@@ -58,6 +58,10 @@ impl ConnectionMetrics {
         self.connections_refused
             .get_or_create(&Reason { reason })
             .inc();
+    }
+
+    pub(super) fn evicted(&self, reason: &'static str) {
+        self.evicted.get_or_create(&Reason { reason }).inc();
     }
 
     pub(super) fn accept_error(&self, reason: &'static str) {

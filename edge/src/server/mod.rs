@@ -112,22 +112,36 @@ impl Server {
             match accepted {
                 Ok((stream, peer)) => {
                     backoff = MIN_ACCEPT_BACKOFF;
-                    let admitted = self
-                        .connections
-                        .lock()
-                        .admit(peer.ip(), connections.closing.child_token());
+                    let (admitted, handshake_timeout) = {
+                        let mut table = self.connections.lock();
+                        let admitted = table.admit(
+                            peer.ip(),
+                            connections.closing.child_token(),
+                            self.now_ms(),
+                        );
+                        (
+                            admitted,
+                            table.handshake_timeout(self.live.load().handshake_timeout),
+                        )
+                    };
                     match admitted {
                         Ok(Admitted { id, usage, evicted }) => {
-                            if evicted.is_some() {
-                                self.metrics.connections.evicted.inc();
+                            if let Some((kind, _)) = evicted {
+                                self.metrics.connections.evicted(kind.reason());
                                 if self.eviction_log.allow() {
-                                    tracing::info!(%peer, "connections.max reached: the connection idle longest was closed to let this one in (logged at most once a second)");
+                                    tracing::info!(%peer, evicted = kind.reason(), "a connection cap was reached: the least useful connection was closed to let this one in (logged at most once a second)");
                                 }
                             }
                             let _ = stream.set_nodelay(true);
+                            let accepted = Accepted {
+                                peer,
+                                id,
+                                usage,
+                                handshake_timeout,
+                            };
                             connections
                                 .tasks
-                                .spawn(Arc::clone(&self).connection(stream, peer, id, usage));
+                                .spawn(Arc::clone(&self).connection(stream, accepted));
                         }
                         Err(refusal) => {
                             // Closed before the handshake: an over-cap source costs one accept.
@@ -153,13 +167,13 @@ impl Server {
         }
     }
 
-    async fn connection(
-        self: Arc<Self>,
-        stream: tokio::net::TcpStream,
-        peer: std::net::SocketAddr,
-        id: ConnId,
-        usage: Arc<ConnUsage>,
-    ) {
+    async fn connection(self: Arc<Self>, stream: tokio::net::TcpStream, accepted: Accepted) {
+        let Accepted {
+            peer,
+            id,
+            usage,
+            handshake_timeout,
+        } = accepted;
         let metrics = &self.metrics.connections;
         metrics.open_connections.inc();
         if crate::sockets::syn_carried_data(&stream) {
@@ -182,14 +196,14 @@ impl Server {
         });
         // Boxed, like what serves the connection, so that the task of a connection
         // that is open for hours is not sized for every stage it has been through.
-        let accepting = Box::pin(self.handshake(stream, peer));
+        let accepting = Box::pin(self.handshake(stream, peer, handshake_timeout));
         let Some((mut tls, http2)) = accepting.await else {
             return;
         };
         if !http2 {
             head_clock.start();
         }
-        usage.serving(self.now_ms());
+        self.connections.lock().handshake_done(id, self.now_ms());
         // HTTP/2 stays in hyper: its streams multiplex on one connection state.
         let activity = (!http2).then(|| Activity::new(!tls.accepted_early_data()));
         let server = Arc::clone(&self);
@@ -249,16 +263,17 @@ impl Server {
         }
     }
 
-    /// The TLS handshake under the deadline in force; counted by version and resumption.
-    /// Also whether the client chose HTTP/2.
+    /// The TLS handshake under `deadline` (the one in force, shortened by handshake
+    /// pressure); counted by version and resumption. Also whether the client chose HTTP/2.
     async fn handshake(
         &self,
         stream: DeadlineIo<tokio::net::TcpStream>,
         peer: std::net::SocketAddr,
+        deadline: Duration,
     ) -> Option<(TlsStream<DeadlineIo<tokio::net::TcpStream>>, bool)> {
         let live = self.live.load_full();
         let accepting = crate::tls::stream::accept(stream, Arc::clone(&live.tls));
-        let mut tls = match tokio::time::timeout(live.handshake_timeout, accepting).await {
+        let mut tls = match tokio::time::timeout(deadline, accepting).await {
             Ok(Ok(tls)) => tls,
             Ok(Err(e)) => {
                 self.metrics.tls.handshake_failure("error");
@@ -303,6 +318,15 @@ impl Server {
             tracing::debug!(%peer, error = ?error, "connection ended with an error");
         }
     }
+}
+
+/// A connection let in by the table, on its way to its own task.
+struct Accepted {
+    peer: std::net::SocketAddr,
+    id: ConnId,
+    usage: Arc<ConnUsage>,
+    /// Its TLS handshake deadline, set by the handshake pressure when it arrived.
+    handshake_timeout: Duration,
 }
 
 /// The client connections being served, each asked to close at shutdown.
