@@ -27,6 +27,10 @@ pub struct HttpSettings {
     pub h2_keepalive_interval: Duration,
     /// No PING answer within this closes the connection.
     pub h2_keepalive_timeout: Duration,
+    /// HTTP/2 frames that advance no request (SETTINGS, PING, WINDOW_UPDATE, …) a
+    /// connection may send per second, with a burst of ten seconds' worth; past it,
+    /// GOAWAY(ENHANCE_YOUR_CALM) and close.
+    pub h2_control_frames_per_second: u32,
     /// Whole request, from dispatch to answer (body, verification, spool); past it, 503.
     pub request_timeout: Duration,
     /// Slow-body rule: minimum average rate after a grace period, and a body deadline.
@@ -57,6 +61,10 @@ pub(super) struct RawHttp {
     /// Close it when the PING is not answered within this. Default 10s.
     #[serde(with = "humantime_serde")]
     h2_keepalive_timeout: Duration,
+    /// Frames that advance no request one HTTP/2 connection may send per second (ten
+    /// seconds' worth at once, four more per request); past it the connection is
+    /// closed with GOAWAY(ENHANCE_YOUR_CALM). Default 100.
+    h2_control_frames_per_second: u32,
     /// Whole request, dispatch to answer; 503 past it. Default 45s.
     #[serde(with = "humantime_serde")]
     request_timeout: Duration,
@@ -90,6 +98,7 @@ impl Default for RawHttp {
             h2_stream_window: ByteSize::mib(1),
             h2_keepalive_interval: Duration::from_secs(20),
             h2_keepalive_timeout: Duration::from_secs(10),
+            h2_control_frames_per_second: 100,
             request_timeout: Duration::from_secs(45),
             min_body_rate: ByteSize::kib(1),
             body_rate_grace: Duration::from_secs(5),
@@ -138,6 +147,9 @@ impl RawHttp {
                 "must be between 16KiB and 2GiB - 1 byte (HTTP/2's largest window)",
             );
         }
+        if self.h2_control_frames_per_second == 0 {
+            errors.add("http.h2_control_frames_per_second", "must be positive");
+        }
         if !(1..=MAX_HEADERS).contains(&self.max_headers) {
             errors.add(
                 "http.max_headers",
@@ -152,6 +164,7 @@ impl RawHttp {
             h2_stream_window: h2_stream_window.unwrap_or(H2_MAX_WINDOW),
             h2_keepalive_interval: self.h2_keepalive_interval,
             h2_keepalive_timeout: self.h2_keepalive_timeout,
+            h2_control_frames_per_second: self.h2_control_frames_per_second,
             request_timeout: self.request_timeout,
             body_rate: BodyRate {
                 min_bytes_per_second: self.min_body_rate.as_u64(),

@@ -4,6 +4,7 @@
 
 mod app;
 mod body;
+mod h2_budget;
 pub(crate) mod keep_alive;
 mod metrics;
 pub(crate) mod webhook;
@@ -12,6 +13,7 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 pub(crate) use app::App;
+pub(crate) use h2_budget::io::BudgetedIo;
 pub(crate) use metrics::HttpMetrics;
 
 use crate::config::HttpSettings;
@@ -22,6 +24,8 @@ use crate::config::HttpSettings;
 pub(crate) struct ConnectionBuilders {
     pub http1: http1::Builder,
     pub http2: http2::Builder<TokioExecutor>,
+    /// The budget of HTTP/2 frames that advance no request (see [`BudgetedIo`]).
+    pub h2_control_frames_per_second: u32,
 }
 
 /// hyper parses request heads up to twice the configured limits, so that the request
@@ -47,7 +51,11 @@ pub(crate) fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders
         )
         .max_pending_accept_reset_streams(64)
         .max_local_error_reset_streams(256);
-    ConnectionBuilders { http1, http2 }
+    ConnectionBuilders {
+        http1,
+        http2,
+        h2_control_frames_per_second: settings.h2_control_frames_per_second,
+    }
 }
 
 /// How far past the configured head limits hyper parses (see [`connection_builders`]).

@@ -27,7 +27,7 @@ use crate::conn_limits::{Admitted, ConnId, ConnTable, ConnUsage};
 use crate::deadline_io::DeadlineIo;
 use crate::http::keep_alive::{self, Activity, RequestBody};
 use crate::http::webhook::{self, Arrival};
-use crate::http::{App, ConnectionBuilders, HttpMetrics, connection_builders};
+use crate::http::{App, BudgetedIo, ConnectionBuilders, HttpMetrics, connection_builders};
 use crate::sockets::is_fd_exhaustion;
 use crate::tls::TlsMetrics;
 use crate::tls::stream::TlsStream;
@@ -250,10 +250,18 @@ impl Server {
                 .await
             }
             None => {
+                let (tls, calmed) = BudgetedIo::new(tls, self.http.h2_control_frames_per_second);
                 let conn = self.http.http2.serve_connection(TokioIo::new(tls), service);
                 let (served, idled) = Box::pin(self.serve_h2(conn, &usage)).await;
                 if idled {
                     self.metrics.http.reject("idle");
+                }
+                if calmed.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.metrics.http.reject("h2_control_flood");
+                    if self.refusal_log.allow() {
+                        tracing::warn!(%peer, "HTTP/2 frames that advance no request over http.h2_control_frames_per_second: GOAWAY(ENHANCE_YOUR_CALM) and closed (logged at most once a second)");
+                    }
+                    return;
                 }
                 served
             }
