@@ -84,14 +84,18 @@ pub fn event_id(
 /// The provider's id inside a key made by [`event_id`]: the key itself where the id is
 /// signed, the part before the signature otherwise.
 pub fn id_of_key(key: &str) -> &str {
-    match key.rsplit_once(MAC_SUFFIX) {
-        Some((id, hex))
-            if hex.len() == MAC_HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
-        {
-            id
-        }
-        _ => key,
-    }
+    split_key(key).map_or(key, |(id, _)| id)
+}
+
+/// The signature part of a key made by [`event_id`] for an unsigned id (hex), the
+/// same for every delivery of the same signed body; `None` where the id is signed.
+pub fn mac_of_key(key: &str) -> Option<&str> {
+    split_key(key).map(|(_, mac)| mac)
+}
+
+fn split_key(key: &str) -> Option<(&str, &str)> {
+    key.rsplit_once(MAC_SUFFIX)
+        .filter(|(_, hex)| hex.len() == MAC_HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The delivery id a request claims in a header, before anything is verified: what a
@@ -236,6 +240,15 @@ mod tests {
             event_id(Provider::Stripe, None, &none, br#"{"id":7}"#, MAC),
             Err(EventIdError::MissingBodyField("id"))
         );
+    }
+
+    #[test]
+    fn mac_of_key_is_the_signature_beside_an_unsigned_id() {
+        let h = headers(&[("x-github-delivery", "d-1")]);
+        let key = event_id(Provider::Github, None, &h, b"{}", MAC).unwrap();
+        assert_eq!(mac_of_key(&key), Some(hex::encode(&MAC[..16]).as_str()));
+        assert_eq!(mac_of_key("evt_1"), None);
+        assert_eq!(mac_of_key("d#mac:nothex"), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub struct HttpMetrics {
     requests: Family<RouteStatus, Counter>,
     verify_failures: Family<RouteReason, Counter>,
     duplicates: Family<RouteLabel, Counter>,
+    replays: Family<RouteLabel, Counter>,
     /// Requests refused by a limit before reaching a route (header size, unknown path…).
     rejected: Family<Reason, Counter>,
     early_requests: Family<Reason, Counter>,
@@ -36,6 +37,11 @@ impl HttpMetrics {
             "duplicates",
             "Verified redeliveries acknowledged without storing again, by route",
             metrics.duplicates.clone(),
+        );
+        registry.register(
+            "replays",
+            "Signed bodies already stored that came again under a fresh unsigned id, acknowledged and not stored, by route",
+            metrics.replays.clone(),
         );
         registry.register(
             "rejected",
@@ -68,6 +74,14 @@ impl HttpMetrics {
             .get_or_create(&RouteReason {
                 route: route.to_owned(),
                 reason,
+            })
+            .inc();
+    }
+
+    pub fn replay(&self, route: &str) {
+        self.replays
+            .get_or_create(&RouteLabel {
+                route: route.to_owned(),
             })
             .inc();
     }

@@ -283,6 +283,12 @@ fn answer_append(
             app.metrics.duplicate(&entry.name);
             ack(ack_status, seq, true)
         }
+        // Answered as a duplicate: a genuine sender is never punished, and an attacker
+        // learns nothing it did not send.
+        Ok(Appended::Replay { seq }) => {
+            app.metrics.replay(&entry.name);
+            ack(ack_status, seq, true)
+        }
         Err(AppendError::TooLarge) => {
             app.metrics.reject("header_too_large");
             json(

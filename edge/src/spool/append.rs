@@ -36,6 +36,12 @@ pub enum Appended {
         /// The sequence number it is durable under.
         seq: u64,
     },
+    /// A signed body the route's recent window already holds under another unsigned
+    /// id: a captured delivery sent again under a fresh id, not stored.
+    Replay {
+        /// The sequence number the body is durable under.
+        seq: u64,
+    },
 }
 
 /// Why an append was refused.

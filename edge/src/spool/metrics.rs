@@ -123,6 +123,7 @@ impl SpoolMetrics {
         let reason = match outcome {
             Ok(Appended::Stored { .. }) => "stored",
             Ok(Appended::Duplicate { .. }) => "duplicate",
+            Ok(Appended::Replay { .. }) => "replay",
             Err(e) => e.reason(),
         };
         self.appends.get_or_create(&Reason { reason }).inc();

@@ -4,12 +4,14 @@
 //!
 //! Keys that carry a body digest beside an unsigned provider id (`crate::event`) are
 //! also counted by that id, so that one id arriving with two different signed bodies is
-//! seen (both are stored; the second is an id conflict).
+//! seen (both are stored; the second is an id conflict), and by that digest, so that
+//! one signed body arriving under a fresh id is seen: a replay of a captured delivery
+//! (acknowledged, not stored).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::event::id_of_key;
+use crate::event::{id_of_key, mac_of_key};
 
 #[derive(Debug)]
 pub(crate) struct RecentIds {
@@ -18,6 +20,9 @@ pub(crate) struct RecentIds {
     seq_by_id: HashMap<Arc<str>, u64>,
     /// How many keys in the window carry each unsigned provider id.
     keys_by_unsigned_id: HashMap<Arc<str>, u32>,
+    /// For each signature beside an unsigned id in the window: the sequence number of
+    /// the first key that carried it, and how many keys carry it.
+    by_mac: HashMap<Arc<str>, (u64, u32)>,
 }
 
 impl RecentIds {
@@ -27,6 +32,7 @@ impl RecentIds {
             order: VecDeque::new(),
             seq_by_id: HashMap::new(),
             keys_by_unsigned_id: HashMap::new(),
+            by_mac: HashMap::new(),
         }
     }
 
@@ -52,6 +58,16 @@ impl RecentIds {
             && self.keys_by_unsigned_id.contains_key(id)
     }
 
+    /// Where `key` is new but a key in the window carries the same signed body under
+    /// another unsigned id: the sequence number that body is durable under.
+    pub(crate) fn replay_of(&self, key: &str) -> Option<u64> {
+        let mac = mac_of_key(key)?;
+        if self.seq_by_id.contains_key(key) {
+            return None;
+        }
+        self.by_mac.get(mac).map(|&(seq, _)| seq)
+    }
+
     pub(crate) fn insert(&mut self, id: &str, seq: u64) {
         if self.seq_by_id.contains_key(id) {
             return;
@@ -66,6 +82,9 @@ impl RecentIds {
                 .keys_by_unsigned_id
                 .entry(Arc::from(unsigned_id))
                 .or_default() += 1;
+        }
+        if let Some(mac) = mac_of_key(&key) {
+            self.by_mac.entry(Arc::from(mac)).or_insert((seq, 0)).1 += 1;
         }
         self.order.push_back(Arc::clone(&key));
         self.seq_by_id.insert(key, seq);
@@ -83,6 +102,14 @@ impl RecentIds {
             *keys -= 1;
             if *keys == 0 {
                 self.keys_by_unsigned_id.remove(unsigned_id);
+            }
+        }
+        if let Some(mac) = mac_of_key(&oldest)
+            && let Some((_, keys)) = self.by_mac.get_mut(mac)
+        {
+            *keys -= 1;
+            if *keys == 0 {
+                self.by_mac.remove(mac);
             }
         }
     }
@@ -151,6 +178,52 @@ mod tests {
             "both keys left the window"
         );
         assert!(ids.keys_by_unsigned_id.is_empty());
+    }
+
+    #[test]
+    fn one_signed_body_under_a_fresh_id_is_a_replay_until_it_leaves_the_window() {
+        let key = |id: &str, mac: char| format!("{id}#mac:{}", mac.to_string().repeat(32));
+        let mut ids = RecentIds::new(2);
+        ids.insert(&key("d-1", 'a'), 7);
+        assert_eq!(
+            ids.replay_of(&key("d-2", 'a')),
+            Some(7),
+            "same body, fresh id"
+        );
+        assert_eq!(
+            ids.replay_of(&key("d-1", 'a')),
+            None,
+            "a redelivery is a duplicate"
+        );
+        assert_eq!(
+            ids.replay_of(&key("d-1", 'b')),
+            None,
+            "another body: a conflict"
+        );
+        assert_eq!(
+            ids.replay_of("evt_signed"),
+            None,
+            "signed ids cannot be replayed so"
+        );
+        ids.insert(&key("d-3", 'a'), 8);
+        assert_eq!(
+            ids.replay_of(&key("d-4", 'a')),
+            Some(7),
+            "the first copy's seq"
+        );
+        ids.insert("x", 9);
+        assert_eq!(
+            ids.replay_of(&key("d-4", 'a')),
+            Some(7),
+            "d-3 still carries it"
+        );
+        ids.insert("y", 10);
+        assert_eq!(
+            ids.replay_of(&key("d-4", 'a')),
+            None,
+            "both left the window"
+        );
+        assert!(ids.by_mac.is_empty());
     }
 
     #[test]

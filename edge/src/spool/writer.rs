@@ -30,6 +30,7 @@ use super::shared::Shared;
 use super::spare::{self, Spare};
 use super::{checkpoint, reserve};
 use crate::config::SpoolSettings;
+use crate::event::mac_of_key;
 use edge_kit::log_throttle::LogThrottle;
 
 pub(super) enum Command {
@@ -66,6 +67,7 @@ pub(super) struct Writer {
     shared: Arc<Shared>,
     metrics: SpoolMetrics,
     conflict_log: LogThrottle,
+    replay_log: LogThrottle,
     _lock: Flock<File>,
 }
 
@@ -100,6 +102,7 @@ impl Writer {
             shared,
             metrics,
             conflict_log: LogThrottle::default(),
+            replay_log: LogThrottle::default(),
             _lock: recovered.lock,
         };
         writer.publish_gauges();
@@ -191,6 +194,7 @@ impl Writer {
         }
         let mut outcomes: Vec<Result<Appended, AppendError>> = Vec::with_capacity(appends.len());
         let mut batch_ids: HashMap<(&str, &str), u64> = HashMap::new();
+        let mut batch_macs: HashMap<(&str, &str), u64> = HashMap::new();
         // Reused across batches: large short-lived buffers make glibc malloc consolidate.
         let mut buf = std::mem::take(&mut self.batch_buf);
         let mut frame = std::mem::take(&mut self.frame_buf);
@@ -206,6 +210,20 @@ impl Writer {
             let known = self.recent.get(key.0).and_then(|window| window.get(key.1));
             if let Some(seq) = known.or_else(|| batch_ids.get(&key).copied()) {
                 outcomes.push(Ok(Appended::Duplicate { seq }));
+                continue;
+            }
+            let mac = mac_of_key(key.1).map(|mac| (key.0, mac));
+            let replayed = self.recent.get(key.0).and_then(|w| w.replay_of(key.1));
+            if let Some(seq) = replayed.or_else(|| batch_macs.get(&mac?).copied()) {
+                if self.replay_log.allow() {
+                    tracing::warn!(
+                        route = key.0,
+                        key = key.1,
+                        stored_as = seq,
+                        "a signed body already stored arrived under a fresh unsigned id: a replay, acknowledged and not stored (logged at most once a second)"
+                    );
+                }
+                outcomes.push(Ok(Appended::Replay { seq }));
                 continue;
             }
             if self.recent.get(key.0).is_some_and(|w| w.conflicts(key.1)) {
@@ -251,6 +269,9 @@ impl Writer {
             batch_bytes += len;
             self.next_seq += 1;
             batch_ids.insert(key, seq);
+            if let Some(mac) = mac {
+                batch_macs.insert(mac, seq);
+            }
             outcomes.push(Ok(Appended::Stored { seq }));
         }
         if io_result.is_ok() {
