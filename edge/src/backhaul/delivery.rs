@@ -133,14 +133,14 @@ struct DeliveryContext {
     breaker: Mutex<Breaker>,
     backoff: Backoff,
     metrics: BackhaulMetrics,
-    spool_dir: std::path::PathBuf,
+    spool: Arc<Spool>,
     /// Signalled by the sink when a connection to the origin is (re)established.
     origin_back: Arc<tokio::sync::Notify>,
 }
 
 impl DeliveryContext {
     fn new(
-        spool: &Spool,
+        spool: &Arc<Spool>,
         sink: Arc<Sink>,
         settings: &BackhaulSettings,
         metrics: BackhaulMetrics,
@@ -157,13 +157,14 @@ impl DeliveryContext {
                 max: settings.retry_max,
             },
             metrics,
-            spool_dir: spool.dir().to_owned(),
+            spool: Arc::clone(spool),
         }
     }
 
     /// Delivers one record until the origin has it (or keeps it as a dead letter);
     /// returns its sequence number.
     async fn deliver(self: Arc<Self>, record: Record) -> u64 {
+        let origin_key = self.spool.origin_key(&record);
         let mut attempt = 0;
         loop {
             let permit = self.breaker.lock().permit(Instant::now());
@@ -173,7 +174,7 @@ impl DeliveryContext {
                 continue;
             }
             let started = Instant::now();
-            match self.sink.deliver(&record).await {
+            match self.sink.deliver(&record, &origin_key).await {
                 Ok(()) => {
                     self.breaker.lock().on_success();
                     self.metrics.acks.inc();
@@ -186,7 +187,7 @@ impl DeliveryContext {
                 }
                 Err(DeliveryError::Rejected(why)) => {
                     self.breaker.lock().on_success();
-                    let dir = self.spool_dir.clone();
+                    let dir = self.spool.dir().to_owned();
                     let kept = record.clone();
                     #[expect(
                         clippy::expect_used,

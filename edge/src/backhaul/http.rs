@@ -5,7 +5,7 @@
 //!
 //! Each event is a POST of the raw body with the kept provider headers, the edge's own
 //! `Edge-*` headers (`Edge-Event-Id`: the provider's id) and `Idempotency-Key: <the
-//! event's de-duplication key>`. 2xx is delivered; 408, 429 and
+//! event's origin key>` (route-scoped: `crate::event::origin_key`). 2xx is delivered; 408, 429 and
 //! 5xx are retried (honouring `Retry-After`); any other 4xx is refused for good.
 
 use std::sync::Arc;
@@ -84,14 +84,14 @@ impl HttpSink {
         })
     }
 
-    pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
+    pub async fn deliver(&self, record: &Record, origin_key: &str) -> Result<(), DeliveryError> {
         let mut sender = self.ready_sender().ok_or(DeliveryError::Retry {
             reason: "not_connected",
             detail: "no warm connection to the origin".into(),
             after: None,
         })?;
         let request = self
-            .request(record)
+            .request(record, origin_key)
             .map_err(|e| DeliveryError::Rejected(format!("cannot form a request: {e}")))?;
         let response = tokio::time::timeout(self.timeout, sender.send_request(request))
             .await
@@ -118,9 +118,13 @@ impl HttpSink {
         })
     }
 
-    fn request(&self, record: &Record) -> Result<Request<Full<Bytes>>, http::Error> {
+    fn request(
+        &self,
+        record: &Record,
+        origin_key: &str,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut builder = Request::post(self.uri.clone())
-            .header("idempotency-key", record.event_id.as_str())
+            .header("idempotency-key", origin_key)
             .header("edge-event-id", id_of_key(&record.event_id))
             .header("edge-pop", record.pop.as_str())
             .header("edge-route", record.route.as_str())

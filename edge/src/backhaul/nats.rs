@@ -1,7 +1,8 @@
 //! NATS JetStream sink. The client connects at start and keeps the connection warm
 //! (PINGs, reconnects with backoff in the background). Each event is published with
-//! `Nats-Msg-Id` = its de-duplication key (`crate::event`), so the stream drops
-//! duplicates from retries, replays and other PoPs inside its duplicate window, and
+//! `Nats-Msg-Id` = its origin key (its route and de-duplication key hashed together:
+//! `crate::event::origin_key`), so the stream drops duplicates from retries, replays
+//! and other PoPs inside its duplicate window, and no route's ids can drop another's;
 //! `Edge-Event-Id` = the provider's own id; the publish counts only once JetStream's
 //! PubAck arrives.
 
@@ -145,17 +146,14 @@ impl NatsSink {
         })
     }
 
-    pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
+    pub async fn deliver(&self, record: &Record, origin_key: &str) -> Result<(), DeliveryError> {
         if self.client.connection_state() != async_nats::connection::State::Connected {
             return Err(retry("not_connected", "no connection to NATS".into()));
         }
         self.ensure_stream().await?;
         let subject = self.subject(record);
         let mut headers = HeaderMap::new();
-        headers.insert(
-            async_nats::header::NATS_MESSAGE_ID,
-            record.event_id.as_str(),
-        );
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, origin_key);
         headers.insert("Edge-Event-Id", id_of_key(&record.event_id));
         headers.insert("Edge-Pop", record.pop.as_str());
         headers.insert("Edge-Route", record.route.as_str());

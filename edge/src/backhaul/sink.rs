@@ -43,10 +43,12 @@ impl Sink {
     }
 
     /// Delivers one record; `Ok` once the origin acknowledged it.
-    pub async fn deliver(&self, record: &Record) -> Result<(), DeliveryError> {
+    /// Publishes `record`, de-duplicated at the origin by `origin_key`
+    /// (`Spool::origin_key`).
+    pub async fn deliver(&self, record: &Record, origin_key: &str) -> Result<(), DeliveryError> {
         match self {
-            Sink::Nats(sink) => sink.deliver(record).await,
-            Sink::Http(sink) => sink.deliver(record).await,
+            Sink::Nats(sink) => sink.deliver(record, origin_key).await,
+            Sink::Http(sink) => sink.deliver(record, origin_key).await,
         }
     }
 }

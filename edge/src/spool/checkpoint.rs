@@ -12,11 +12,21 @@ const ENCODED_LEN: usize = 12;
 
 /// Reads the checkpoint; `Ok(None)` when there is none yet (nothing delivered).
 pub(crate) fn read(dir: &Path) -> io::Result<Option<u64>> {
-    match fs::read(dir.join(FILE_NAME)) {
+    read_seq(dir, FILE_NAME)
+}
+
+pub(crate) fn write(dir: &Path, seq: u64) -> io::Result<()> {
+    write_seq(dir, FILE_NAME, TEMP_NAME, seq)
+}
+
+/// Reads a sequence number kept in the file `name` of `dir` (checksummed, written by
+/// [`write_seq`]); `Ok(None)` when there is no such file.
+pub(crate) fn read_seq(dir: &Path, name: &str) -> io::Result<Option<u64>> {
+    match fs::read(dir.join(name)) {
         Ok(bytes) => decode(&bytes).map(Some).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{}: corrupt checkpoint", dir.join(FILE_NAME).display()),
+                format!("{}: corrupt", dir.join(name).display()),
             )
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -24,8 +34,9 @@ pub(crate) fn read(dir: &Path) -> io::Result<Option<u64>> {
     }
 }
 
-pub(crate) fn write(dir: &Path, seq: u64) -> io::Result<()> {
-    let temp = dir.join(TEMP_NAME);
+/// Writes `seq` to the file `name` of `dir` atomically, through `temp`.
+pub(crate) fn write_seq(dir: &Path, name: &str, temp: &str, seq: u64) -> io::Result<()> {
+    let temp = dir.join(temp);
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -33,7 +44,7 @@ pub(crate) fn write(dir: &Path, seq: u64) -> io::Result<()> {
         .open(&temp)?;
     file.write_all(&encode(seq))?;
     file.sync_all()?;
-    fs::rename(&temp, dir.join(FILE_NAME))?;
+    fs::rename(&temp, dir.join(name))?;
     sync_dir(dir)
 }
 

@@ -9,6 +9,7 @@ mod group_commit;
 mod inspect;
 mod lag;
 pub(crate) mod metrics;
+mod origin_keys;
 pub(crate) mod quarantine;
 mod reader;
 pub(crate) mod recent_ids;
@@ -25,6 +26,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use anyhow::Context as _;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -44,6 +46,8 @@ use crate::config::SpoolSettings;
 pub struct Spool {
     commands: mpsc::UnboundedSender<writer::Command>,
     shared: Arc<Shared>,
+    /// The first record whose origin key is scoped to its route (`origin_keys`).
+    scoped_keys_from: u64,
     metrics: SpoolMetrics,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -59,6 +63,8 @@ impl Spool {
         metrics: SpoolMetrics,
     ) -> anyhow::Result<(Spool, RecoveryReport)> {
         let recovered = recovery::recover(settings, windows)?;
+        let scoped_keys_from = origin_keys::scoped_from(&settings.dir, recovered.next_seq)
+            .with_context(|| format!("{}: origin key note", settings.dir.display()))?;
         reserve::ensure(&settings.dir);
         metrics.high_water_ratio.set(settings.high_water);
         let report = recovered.report.clone();
@@ -91,10 +97,21 @@ impl Spool {
         let spool = Spool {
             commands,
             shared,
+            scoped_keys_from,
             metrics,
             task: Mutex::new(Some(task)),
         };
         Ok((spool, report))
+    }
+
+    /// The key the origin de-duplicates `record` by: scoped to its route, or the bare
+    /// event key for a record stored before route-scoped keys (see `origin_keys`).
+    pub fn origin_key(&self, record: &record::Record) -> String {
+        if record.seq >= self.scoped_keys_from {
+            crate::event::origin_key(&record.route, &record.event_id)
+        } else {
+            record.event_id.clone()
+        }
     }
 
     /// Stores the event; resolves once it is durable (or known to be a duplicate of a
