@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use testkit::edge::attack::{CpuClock, Legit, PeakRss, cpu_per_request};
 use testkit::edge::h2_raw;
 use testkit::edge::*;
@@ -148,7 +149,8 @@ async fn h2_connections_that_only_answer_pings_do_not_hold_their_slots() {
 }
 
 /// HTTP/2 written frame by frame: a CONTINUATION flood and open-and-reset in a loop are
-/// cut off within a second; SETTINGS and PING floods cost less per byte than requests;
+/// cut off within a second; so are SETTINGS, PING and WINDOW_UPDATE floods, each for
+/// under half a second of the edge's CPU;
 /// a body in 1-byte DATA frames (or HTTP/1.1 chunks) is refused early and costs no more
 /// than a valid request of as many bytes; a reader that opens no window gets its
 /// answers' heads and its connection closed once idle.
@@ -228,50 +230,30 @@ async fn h2_frame_abuse_is_cut_off_or_costs_less_than_requests() {
         seen.headers
     ));
 
-    // SETTINGS and PING floods, read as they are answered.
-    for (name, unit, answered) in [
-        (
-            "SETTINGS",
-            h2_raw::settings(&[(0x3, 100)]),
-            (|s: &h2_raw::Seen| s.settings_acks) as fn(&h2_raw::Seen) -> usize,
-        ),
-        (
-            "PING",
-            h2_raw::frame(h2_raw::PING, 0, 0, &[7; 8]),
-            |s: &h2_raw::Seen| s.ping_acks,
-        ),
-    ] {
+    // Frames that advance no request, sent as fast as the client can: each flood is
+    // ended with GOAWAY(ENHANCE_YOUR_CALM) once the connection's budget runs dry.
+    for (name, flood) in control_floods() {
         let tls = h2_tls(&edge).await;
-        let (mut reader, mut writer) = tokio::io::split(tls);
-        let mut frames = h2_raw::preface();
-        for _ in 0..FLOOD_FRAMES {
-            frames.extend_from_slice(&unit);
-        }
         let clock = CpuClock::start(&edge);
-        let started = Instant::now();
-        let reading =
-            tokio::spawn(
-                async move { h2_raw::read_frames(&mut reader, Duration::from_secs(10)).await },
-            );
-        writer.write_all(&frames).await.unwrap();
-        let sent = started.elapsed();
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        writer.shutdown().await.ok();
-        let seen = reading.await.unwrap();
+        let (seen, cut, sent) = control_flood(tls, &flood).await;
         let cpu = clock.elapsed();
-        let per_mb = cpu.as_secs_f64() * 1e3 / (frames.len() as f64 / 1e6);
-        let valid_per_mb = valid.as_secs_f64() * 1e3 / (VALID_REQUEST_BYTES / 1e6);
         lines.push(format!(
-            "{name} flood: {FLOOD_FRAMES} frames sent in {sent:?}, {} answered; {per_mb:.1} ms CPU per MB against {valid_per_mb:.1} for valid requests",
-            answered(&seen)
+            "{name} flood: {sent} bytes sent, GOAWAY {:?} after {cut:?}, {cpu:?} of edge CPU",
+            seen.goaway_code
         ));
+        assert_eq!(
+            seen.goaway_code,
+            Some(ENHANCE_YOUR_CALM),
+            "{name}: {seen:?}"
+        );
+        assert!(seen.closed, "{name} flood: connection left open: {seen:?}");
         assert!(
-            answered(&seen) >= FLOOD_FRAMES || seen.goaway,
-            "{name} flood neither answered within a second nor cut off: {seen:?}"
+            cut < Duration::from_secs(1),
+            "{name} flood cut off after {cut:?}"
         );
         assert!(
-            per_mb <= 2.0 * valid_per_mb,
-            "{name} flood: {per_mb:.1} ms per MB"
+            cpu < Duration::from_millis(500),
+            "{name} flood cost the edge {cpu:?}"
         );
     }
 
@@ -439,6 +421,145 @@ async fn h2_frame_abuse_is_cut_off_or_costs_less_than_requests() {
     );
 }
 
+/// Four attackers that send only frames advancing no request, each opening a new
+/// connection every [`FLOOD_RECONNECT`] once cut off, beside a keep-alive sender: every
+/// flood connection ends with GOAWAY(ENHANCE_YOUR_CALM) within a second for under half
+/// a second of the edge's CPU, and the sender's median is printed against its median
+/// with no attack (goal: within 20 %; the test's bound is looser, as the attackers' own
+/// TLS work shares the machine's two cores). Unpaced reconnects are a handshake flood,
+/// priced by the handshake benchmark.
+#[tokio::test(flavor = "multi_thread")]
+async fn control_frame_floods_on_four_connections_leave_senders_their_latency() {
+    let _turn = SERIAL.lock().await;
+    let edge = Edge::start_in_memory("", "");
+    let quiet = Legit::start(&edge, false).finish().await;
+    quiet.assert_served("no attack");
+    let rss = PeakRss::watch(&edge);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut attackers = tokio::task::JoinSet::new();
+    for attacker in 0..4 {
+        let (port, stop) = (edge.port, Arc::clone(&stop));
+        let cert = edge.cert_pem();
+        attackers.spawn(async move {
+            let floods = control_floods();
+            let (mut connections, mut calmed, mut slowest) = (0, 0, Duration::ZERO);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && connections < 2000 {
+                let Ok(tls) = h2_tls_to(port, &cert).await else {
+                    continue;
+                };
+                let (_, flood) = &floods[(attacker + connections) % floods.len()];
+                let (seen, cut, _) = control_flood(tls, flood).await;
+                tokio::time::sleep(FLOOD_RECONNECT).await;
+                connections += 1;
+                calmed += usize::from(seen.goaway_code == Some(ENHANCE_YOUR_CALM));
+                slowest = slowest.max(cut);
+            }
+            (connections, calmed, slowest)
+        });
+    }
+    let clock = CpuClock::start(&edge);
+    let started = Instant::now();
+    let served = Legit::start(&edge, false).finish().await;
+    let elapsed = started.elapsed();
+    let cpu = clock.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut connections, mut calmed, mut slowest) = (0, 0, Duration::ZERO);
+    while let Some(attacker) = attackers.join_next().await {
+        let (c, k, s) = attacker.unwrap();
+        (connections, calmed, slowest) = (connections + c, calmed + k, slowest.max(s));
+    }
+    served.assert_served("control-frame floods on four connections");
+    let rss = rss.assert_bounded("control-frame floods");
+    let median_ratio = served.median.as_secs_f64() / quiet.median.as_secs_f64();
+    println!(
+        "attack h2-control-floods: legitimate {}/{} 2xx, median {:?} against {:?} with no attack ({median_ratio:.2}x), p99 {:?}; {connections} flood connections over {elapsed:?}, {calmed} ended by GOAWAY(ENHANCE_YOUR_CALM), slowest cut {slowest:?}; edge CPU {cpu:?} ({:?} per flood connection); RSS peak {rss} MiB",
+        served.ok,
+        served.sent,
+        served.median,
+        quiet.median,
+        served.p99,
+        cpu / connections.max(1) as u32,
+    );
+    assert!(
+        connections > 0 && calmed * 10 >= connections * 9,
+        "{calmed} of {connections}"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a flood was cut after {slowest:?}"
+    );
+    assert!(
+        cpu / connections.max(1) as u32 <= Duration::from_millis(500),
+        "{cpu:?} for {connections} flood connections"
+    );
+    assert!(median_ratio < 1.5, "legitimate median {median_ratio:.2}x");
+}
+
+/// The lock-out measured before handshake slots: `connections: { max: 300, per_source:
+/// 64 }`, and from five addresses 64 connections each that never send a ClientHello,
+/// re-opened as soon as the edge closes them. A sender opening a new TLS connection per
+/// webhook, outside `trusted`, gets 95 % answered 2xx with p99 within a second (it got
+/// 0 of 87 before); the hoarders' handshakes are what make room.
+#[tokio::test(flavor = "multi_thread")]
+async fn handshakes_that_never_finish_do_not_lock_senders_out() {
+    let _turn = SERIAL.lock().await;
+    let edge =
+        Edge::start_in_memory("", "").with_section("connections: { max: 300, per_source: 64 }\n");
+    let rss = PeakRss::watch(&edge);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut hoarders = tokio::task::JoinSet::new();
+    for address in 0..5 {
+        let source: std::net::IpAddr = format!("127.0.0.{}", 11 + address).parse().unwrap();
+        for _ in 0..64 {
+            let (port, stop, opened) = (edge.port, Arc::clone(&stop), Arc::clone(&opened));
+            hoarders.spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                    socket.bind((source, 0).into()).unwrap();
+                    let Ok(Ok(mut held)) = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        socket.connect(([127, 0, 0, 1], port).into()),
+                    )
+                    .await
+                    else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // Never a ClientHello: wait for the edge to close it, then again.
+                    let mut byte = [0u8; 1];
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(15),
+                        tokio::io::AsyncReadExt::read(&mut held, &mut byte),
+                    )
+                    .await;
+                }
+            });
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let served = Legit::start(&edge, true).finish().await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    hoarders.abort_all();
+    let evicted = edge.metric(r#"edge_connections_evicted_total{pop="test",reason="handshake"}"#);
+    let refused = edge.metric(r#"edge_connections_refused_total{pop="test",reason="handshakes"}"#);
+    let rss = rss.assert_bounded("handshake hoarding");
+    println!(
+        "attack handshake-hoarding: legitimate {}/{} 2xx, p99 {:?}; {} hoarding connections opened, {evicted} handshakes evicted, {refused} refused at the handshake cap; RSS peak {rss} MiB",
+        served.ok,
+        served.sent,
+        served.p99,
+        opened.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert!(
+        served.ok * 100 >= served.sent * 95,
+        "legitimate sender locked out: {served:?}"
+    );
+    assert!(served.p99 <= Duration::from_secs(1), "{served:?}");
+    assert!(evicted > 0.0, "the hoarders' handshakes made room");
+}
+
 /// A head exactly at `http.max_header_bytes` is stored and reaches the origin with its
 /// headers; one byte over is a 431, answered at once, over HTTP/1.1 and HTTP/2; so is
 /// one field over `max_headers`; and a head far past every limit costs no more than a
@@ -508,7 +629,7 @@ async fn heads_at_the_limits_round_trip_and_past_them_get_431() {
     assert!(ratio(oversized, valid) <= 2.0);
 }
 
-/// The fields of a signed GitHub delivery of `{}` whose head counts `bytes` as the edge
+/// The fields of a signed GitHub delivery of [`head_body`] whose head counts `bytes` as the edge
 /// counts it (name + value + 32 a field), a `x-github-filler` field making up the rest.
 fn head_of_bytes(delivery: &str, http2: bool, bytes: usize) -> Vec<(String, String)> {
     let mut fields: Vec<(String, String)> = [
@@ -517,7 +638,7 @@ fn head_of_bytes(delivery: &str, http2: bool, bytes: usize) -> Vec<(String, Stri
         ("x-github-delivery", delivery.to_owned()),
         (
             "x-hub-signature-256",
-            github_signature(GITHUB_SECRET, b"{}"),
+            github_signature(GITHUB_SECRET, head_body(http2)),
         ),
     ]
     .into_iter()
@@ -530,6 +651,12 @@ fn head_of_bytes(delivery: &str, http2: bool, bytes: usize) -> Vec<(String, Stri
     let filler = bytes - used - ("x-github-filler".len() + 32);
     fields.push(("x-github-filler".to_owned(), "f".repeat(filler)));
     fields
+}
+
+/// The 2-byte body [`head_of_bytes`] signs: one per protocol, so the two deliveries are
+/// distinct bodies, not one body under two ids (a replay).
+fn head_body(http2: bool) -> &'static [u8] {
+    if http2 { b"[]" } else { b"{}" }
 }
 
 /// Posts `{}` with exactly `head`'s fields (raw HTTP/1.1, or the h2 crate, which add
@@ -545,7 +672,7 @@ async fn send_head(edge: &Edge, http2: bool, head: &[(String, String)]) -> u16 {
         }
         let mut send = send.ready().await.unwrap();
         let (response, mut body) = send.send_request(request.body(()).unwrap(), false).unwrap();
-        body.send_data(bytes::Bytes::from_static(b"{}"), true)
+        body.send_data(bytes::Bytes::from_static(head_body(true)), true)
             .unwrap();
         return response.await.unwrap().status().as_u16();
     }
@@ -554,19 +681,21 @@ async fn send_head(edge: &Edge, http2: bool, head: &[(String, String)]) -> u16 {
     for (name, value) in head {
         raw.push_str(&format!("{name}: {value}\r\n"));
     }
-    raw.push_str("\r\n{}");
+    raw.push_str("\r\n");
+    raw.push_str(std::str::from_utf8(head_body(false)).unwrap());
     tls.write_all(raw.as_bytes()).await.unwrap();
     let mut answer = vec![0u8; 12];
     tls.read_exact(&mut answer).await.unwrap();
     String::from_utf8_lossy(&answer[9..12]).parse().unwrap()
 }
 
-/// A captured, validly signed GitHub delivery resent under another id: under a fresh id
-/// it is stored as its own event (its body is genuine); under the id of a delivery still
-/// to come, the genuine delivery is stored all the same, and the conflict counted. Both
-/// reach the origin; a retry of the genuine one is still a duplicate.
+/// A captured, validly signed GitHub delivery resent under other ids: under a fresh id,
+/// and under the id of a delivery still to come, it is a replay (answered 202 as a
+/// duplicate, counted in `edge_replays_total`, stored nothing), so the genuine delivery
+/// under that id is stored and reaches the origin; its retry is still a duplicate, and
+/// the origin holds each body once.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_captured_delivery_under_another_id_cannot_poison_de_duplication() {
+async fn a_captured_delivery_under_other_ids_is_a_replay_and_stores_nothing() {
     let _turn = SERIAL.lock().await;
     let nats = testkit::edge::nats::Nats::start();
     let edge = Edge::start_in_memory("", "").with_section(&format!(
@@ -581,44 +710,131 @@ async fn a_captured_delivery_under_another_id_cannot_poison_de_duplication() {
     let stored = |r: reqwest::Response| async move {
         let status = r.status();
         let body: serde_json::Value = r.json().await.unwrap();
-        (status.as_u16(), body["duplicate"].as_bool())
+        (
+            status.as_u16(),
+            body["duplicate"].as_bool(),
+            body["seq"].as_u64(),
+        )
     };
+    let (status, duplicate, first_seq) = stored(post("d-1", captured).await.unwrap()).await;
+    assert_eq!((status, duplicate), (202, Some(false)));
+    for replay_id in ["d-fresh", "d-2"] {
+        assert_eq!(
+            stored(post(replay_id, captured).await.unwrap()).await,
+            (202, Some(true), first_seq),
+            "{replay_id}: a replay is answered as the body it repeats"
+        );
+    }
+    let (status, duplicate, _) = stored(post("d-2", genuine).await.unwrap()).await;
     assert_eq!(
-        stored(post("d-1", captured).await.unwrap()).await,
-        (202, Some(false))
-    );
-    assert_eq!(
-        stored(post("d-fresh", captured).await.unwrap()).await,
+        (status, duplicate),
         (202, Some(false)),
-        "a replay under a fresh id is a new event"
+        "the genuine d-2 is stored"
+    );
+    let (_, duplicate, _) = stored(post("d-2", genuine).await.unwrap()).await;
+    assert_eq!(
+        duplicate,
+        Some(true),
+        "the genuine delivery's retry is a duplicate"
     );
     assert_eq!(
-        stored(post("d-2", captured).await.unwrap()).await,
-        (202, Some(false)),
-        "the attacker takes the next id first"
+        edge.metric(r#"edge_replays_total{pop="test",route="hooks_github"}"#),
+        2.0
     );
-    assert_eq!(
-        stored(post("d-2", genuine).await.unwrap()).await,
-        (202, Some(false)),
-        "the genuine delivery is stored all the same"
-    );
-    assert_eq!(
-        stored(post("d-2", genuine).await.unwrap()).await,
-        (202, Some(true)),
-        "its retry is a duplicate"
-    );
-    assert_eq!(edge.metric("edge_dedupe_id_conflicts_total"), 1.0);
-    let at_origin = wait_for_stream(&nats, "REPLAY", "d-", 4).await;
-    let genuine_there = at_origin.iter().any(|m| {
-        m.payload.as_ref() == genuine
-            && m.headers.get("Edge-Event-Id").map(|v| v.as_str()) == Some("d-2")
-    });
+    assert_eq!(edge.metric("edge_dedupe_id_conflicts_total"), 0.0);
+    let at_origin = wait_for_stream(&nats, "REPLAY", "d-", 2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let at_origin_later = wait_for_stream(&nats, "REPLAY", "d-", 2).await;
+    let ids: Vec<&str> = at_origin_later
+        .iter()
+        .filter_map(|m| m.headers.get("Edge-Event-Id").map(|v| v.as_str()))
+        .collect();
+    assert_eq!(at_origin.len(), 2);
+    assert_eq!(ids, ["d-1", "d-2"], "each body once, under its own id");
+    let genuine_there = at_origin_later
+        .iter()
+        .any(|m| m.payload.as_ref() == genuine);
     assert!(genuine_there, "the genuine d-2 is not at the origin");
     let served = legit.finish().await;
-    served.assert_served("delivery replayed under another id");
+    served.assert_served("delivery replayed under other ids");
     println!(
-        "attack replayed-delivery: a captured delivery under a fresh id and under the next id: the genuine delivery stored and delivered, 1 conflict counted; legitimate {}/{} 2xx, p99 {:?}",
+        "attack replayed-delivery: a captured delivery under a fresh id and under the next id: 2 replays acknowledged and not stored, the genuine delivery stored and delivered; legitimate {}/{} 2xx, p99 {:?}",
         served.ok, served.sent, served.p99
+    );
+}
+
+/// A sender who can sign on one route (a partner's Standard Webhooks route) picks the
+/// `webhook-id` of another route's event: both are answered 2xx, and both reach the
+/// origin, because its de-duplication key (`Nats-Msg-Id`) is scoped to the route; a
+/// redelivery on either route is still dropped there.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_route_cannot_pick_ids_that_drop_another_routes_events_at_the_origin() {
+    let _turn = SERIAL.lock().await;
+    let nats = testkit::edge::nats::Nats::start();
+    let partner_secret = "whsec_cGFydG5lci1zZWNyZXQ=";
+    let edge = Edge::start_in_memory("", &format!(
+        "{ROUTES}  - path: /hooks/partner\n    provider: standard\n    secrets: [\"{partner_secret}\"]\n"
+    ))
+    .with_section(&format!(
+        "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: SCOPED, create: true }}\n",
+        nats.url()
+    ));
+    let client = client(&edge, false);
+    let send = |path: &str, secret: &str, body: &[u8]| {
+        let key = edge::verify::decode_standard_secret(secret).unwrap();
+        let ts = unix_now().to_string();
+        let mac = hmac_sha256(&key, &[b"msg_shared.", ts.as_bytes(), b".", body]);
+        let signature = base64::engine::general_purpose::STANDARD.encode(mac);
+        client
+            .post(edge.url(path))
+            .header("webhook-id", "msg_shared")
+            .header("webhook-timestamp", ts)
+            .header("webhook-signature", format!("v1,{signature}"))
+            .body(body.to_vec())
+            .send()
+    };
+    let payments = send(
+        "/hooks/std",
+        STANDARD_SECRET,
+        br#"{"type":"payment.succeeded"}"#,
+    );
+    assert_eq!(payments.await.unwrap().status(), 202);
+    let forged = send(
+        "/hooks/partner",
+        partner_secret,
+        br#"{"type":"partner.noise"}"#,
+    );
+    assert_eq!(forged.await.unwrap().status(), 202);
+    let redelivered = send(
+        "/hooks/std",
+        STANDARD_SECRET,
+        br#"{"type":"payment.succeeded"}"#,
+    );
+    assert_eq!(redelivered.await.unwrap().status(), 202);
+    let at_origin = wait_for_stream(&nats, "SCOPED", "msg_shared", 2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let at_origin_later = wait_for_stream(&nats, "SCOPED", "msg_shared", 2).await;
+    let routes: Vec<&str> = at_origin_later
+        .iter()
+        .filter_map(|m| m.headers.get("Edge-Route").map(|v| v.as_str()))
+        .collect();
+    println!(
+        "attack cross-route-ids: one webhook-id on two routes: {} messages at the origin (routes {routes:?})",
+        at_origin.len()
+    );
+    assert_eq!(
+        routes,
+        ["hooks_std", "hooks_partner"],
+        "each route's event once"
+    );
+    let msg_ids: Vec<&str> = at_origin_later
+        .iter()
+        .filter_map(|m| m.headers.get("Nats-Msg-Id").map(|v| v.as_str()))
+        .collect();
+    assert!(
+        msg_ids
+            .iter()
+            .all(|id| id.starts_with(edge::event::ORIGIN_KEY_PREFIX))
     );
 }
 
@@ -720,6 +936,51 @@ fn standard_flood(
         .body(body.as_ref().clone())
 }
 
+/// The floods of frames that advance no request, by name: the preface, then
+/// [`FLOOD_FRAMES`] copies of one frame.
+fn control_floods() -> Vec<(&'static str, Arc<Vec<u8>>)> {
+    [
+        ("SETTINGS", h2_raw::frame(h2_raw::SETTINGS, 0, 0, &[])),
+        (
+            "WINDOW_UPDATE",
+            h2_raw::frame(h2_raw::WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()),
+        ),
+        ("PING", h2_raw::frame(h2_raw::PING, 0, 0, &[7; 8])),
+    ]
+    .into_iter()
+    .map(|(name, unit)| {
+        let mut flood = h2_raw::preface();
+        for _ in 0..FLOOD_FRAMES {
+            flood.extend_from_slice(&unit);
+        }
+        (name, Arc::new(flood))
+    })
+    .collect()
+}
+
+/// Sends `flood` while reading what comes back: what was seen, when the connection was
+/// cut off, and how many bytes went out.
+async fn control_flood<S>(tls: S, flood: &[u8]) -> (h2_raw::Seen, Duration, usize)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let (mut reader, mut writer) = tokio::io::split(tls);
+    let started = Instant::now();
+    let reading = tokio::spawn(async move {
+        let seen = h2_raw::read_frames(&mut reader, Duration::from_secs(5)).await;
+        (seen, started.elapsed())
+    });
+    let mut sent = 0;
+    for chunk in flood.chunks(16 * 1024) {
+        if writer.write_all(chunk).await.is_err() || reading.is_finished() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    let (seen, cut) = reading.await.unwrap();
+    (seen, cut, sent)
+}
+
 fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-9)
 }
@@ -736,6 +997,7 @@ const ROUTES: &str = r#"  - path: /hooks/stripe
     max_body: 2MiB
 "#;
 const STRIPE_SECRET: &str = "whsec_attack_stripe";
+const STANDARD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// A GitHub route for bodies past the harness route's 64 KiB.
 const BIG_GITHUB_ROUTE: &str = r#"  - path: /hooks/big
     provider: github
@@ -745,6 +1007,9 @@ const BIG_GITHUB_ROUTE: &str = r#"  - path: /hooks/big
 /// Requests per CPU measurement: enough for the edge's CPU time to be read well.
 const CPU_ROUNDS: usize = 30;
 const HOARDERS: usize = 100;
-const FLOOD_FRAMES: usize = 20_000;
-/// The wire size of a valid signed GitHub request of `{}` with its answer (head, TLS).
-const VALID_REQUEST_BYTES: f64 = 600.0;
+/// Frames in one flood: 200,000 (about 2 MB), far past any connection's budget.
+const FLOOD_FRAMES: usize = 200_000;
+/// How long a flood attacker waits after its connection is cut off before the next.
+const FLOOD_RECONNECT: Duration = Duration::from_millis(25);
+/// GOAWAY's error code for a peer that sends too much of what costs us (RFC 9113, 7).
+const ENHANCE_YOUR_CALM: u32 = 0xb;

@@ -70,6 +70,7 @@ impl Legit {
         LegitReport {
             sent: results.len(),
             ok: latencies.len(),
+            median: percentile(&latencies, 0.5),
             p99: percentile(&latencies, 0.99),
             max: latencies.last().copied().unwrap_or_default(),
             failures: results
@@ -88,6 +89,8 @@ pub struct LegitReport {
     pub sent: usize,
     /// Requests answered 2xx.
     pub ok: usize,
+    /// Median latency.
+    pub median: Duration,
     /// 99th percentile latency.
     pub p99: Duration,
     /// Slowest latency.

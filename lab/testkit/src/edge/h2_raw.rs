@@ -137,6 +137,8 @@ pub const RST_STREAM: u8 = 0x3;
 pub const SETTINGS: u8 = 0x4;
 /// Frame type PING.
 pub const PING: u8 = 0x6;
+/// Frame type WINDOW_UPDATE.
+pub const WINDOW_UPDATE: u8 = 0x8;
 /// Frame type GOAWAY.
 pub const GOAWAY: u8 = 0x7;
 /// Frame type CONTINUATION.

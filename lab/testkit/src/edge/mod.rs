@@ -525,8 +525,25 @@ pub async fn try_tls_with_alpn(
     edge: &Edge,
     alpn: &[u8],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_to(edge.port, &edge.cert_pem(), alpn).await
+}
+
+/// An h2 connection to the edge on `port` whose certificate is `cert_pem`: for tasks
+/// that outlive a borrow of the [`Edge`].
+pub async fn h2_tls_to(
+    port: u16,
+    cert_pem: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_to(port, cert_pem, b"h2").await
+}
+
+async fn tls_to(
+    port: u16,
+    cert_pem: &[u8],
+    alpn: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&edge.cert_pem()) {
+    for cert in CertificateDer::pem_slice_iter(cert_pem) {
         roots.add(cert.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -536,7 +553,7 @@ pub async fn try_tls_with_alpn(
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", edge.port)).await?;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
