@@ -457,7 +457,10 @@ async fn read_body(
         on: false,
     };
     let started = tokio::time::Instant::now();
-    let mut collected = BytesMut::new();
+    // Sized once from the declared length: growing by doubling would hold up to twice
+    // the body (and copy it) while it arrives.
+    let declared = body.size_hint().lower().min(limit);
+    let mut collected = BytesMut::with_capacity(declared as usize);
     let mut pieces = 0u64;
     loop {
         let received = collected.len() as u64;
