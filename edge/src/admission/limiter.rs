@@ -102,6 +102,10 @@ pub enum ShedReason {
     /// A default-priority head found a limit's worth of requests already reading their
     /// bodies or waiting for a slot.
     Backlog,
+    /// The edge-wide budget of body bytes in memory is taken (`admission.max_body_bytes`).
+    BodyBytes,
+    /// The source's share of that budget is taken.
+    SourceBodyBytes,
 }
 
 impl ShedReason {
@@ -113,6 +117,8 @@ impl ShedReason {
             ShedReason::WaitExpired => "wait_expired",
             ShedReason::SpoolPressure => "spool_pressure",
             ShedReason::Backlog => "backlog",
+            ShedReason::BodyBytes => "body_bytes",
+            ShedReason::SourceBodyBytes => "source_body_bytes",
         }
     }
 }

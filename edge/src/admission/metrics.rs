@@ -31,6 +31,8 @@ pub struct AdmissionMetrics {
     shed_after_body: Family<PriorityLabel, Counter>,
     pub(super) queue_delay: Histogram,
     pub(super) overloaded: Gauge,
+    /// Request body bytes held in the edge-wide budget.
+    pub(super) body_bytes: Gauge,
     /// Shed-ledger entries lost (hand-off full, file full of unshipped lines, write error).
     pub ledger_dropped: Counter,
 }
@@ -45,6 +47,7 @@ impl Default for AdmissionMetrics {
             // 0.25 ms to about 4 s.
             queue_delay: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
             overloaded: Gauge::default(),
+            body_bytes: Gauge::default(),
             ledger_dropped: Counter::default(),
         }
     }
@@ -84,6 +87,11 @@ impl AdmissionMetrics {
             "shed_ledger_dropped",
             "Refused requests with a delivery id that the shed ledger could not keep",
             metrics.ledger_dropped.clone(),
+        );
+        ingress.register(
+            "body_bytes",
+            "Request body bytes held (being read, verified or stored) against admission.max_body_bytes",
+            metrics.body_bytes.clone(),
         );
         ingress.register(
             "overloaded",

@@ -9,6 +9,7 @@
 //! slow uploads would let slow senders take every slot. The decisions are in the pure
 //! [`limiter`] and [`rate_limit`]; this module adds the clock, the waiting and metrics.
 
+mod body_bytes;
 pub mod ledger;
 pub(crate) mod limiter;
 mod metrics;
@@ -23,6 +24,8 @@ use ipnet::IpNet;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+pub(crate) use body_bytes::SOURCE_SHARE as SOURCE_BODY_SHARE;
+use body_bytes::{BodyBytes, NoRoom};
 use ledger::{Ledger, ShedEntry};
 use limiter::{Decision, Limiter, Priority, ShedReason, Ticket};
 use rate_limit::{Rate, RateLimits, Source};
@@ -40,8 +43,11 @@ pub struct AdmissionSettings {
     pub spool_shed_low_above: f64,
     /// Above this fraction only `high` routes are admitted.
     pub spool_high_only_above: f64,
-    /// Sources exempt from rate limits (provider egress ranges).
+    /// Sources exempt from rate limits and from a share of the body budget (provider
+    /// egress ranges).
     pub trusted: Vec<IpNet>,
+    /// Request body bytes the edge holds at once, edge-wide (`body_bytes`).
+    pub max_body_bytes: u64,
 }
 
 /// Why a request was refused before its body was read.
@@ -68,12 +74,20 @@ struct State {
     limiter: Limiter,
     waiters: HashMap<Ticket, oneshot::Sender<Answer>>,
     rates: RateLimits<Arc<str>>,
+    bodies: BodyBytes,
 }
 
 /// A request let in at its head, reading its body: it counts against the free slots
 /// until dropped.
 pub struct BodyClaim {
     admission: Option<(Arc<Admission>, Ticket)>,
+}
+
+/// Room for a request's body in the edge-wide body budget, given back when dropped.
+pub struct BodyHold {
+    admission: Arc<Admission>,
+    source: Source,
+    bytes: u64,
 }
 
 /// A concurrency slot, given back when dropped. Call [`Permit::worked`] once the
@@ -100,6 +114,7 @@ impl Admission {
                 limiter: Limiter::new(settings.limiter.clone()),
                 waiters: HashMap::new(),
                 rates: RateLimits::default(),
+                bodies: BodyBytes::new(settings.max_body_bytes),
                 settings,
             }),
             origin: Instant::now(),
@@ -115,6 +130,7 @@ impl Admission {
         let mut state = self.state();
         settings.trusted = std::mem::take(&mut state.settings.trusted);
         state.limiter.reconfigure(settings.limiter.clone());
+        state.bodies.set_limit(settings.max_body_bytes);
         state.settings = settings;
         self.publish(&state);
     }
@@ -172,6 +188,43 @@ impl Admission {
                 admission: Some((Arc::clone(self), claim)),
             }),
             Err(reason) => {
+                self.metrics.shed(priority, reason.as_str());
+                Err(Refusal::Shed(reason))
+            }
+        }
+    }
+
+    /// Before the body, whether admission is on or off (the budget bounds memory): room
+    /// for `bytes` of body from `source`, or 503 when the edge-wide budget or the
+    /// source's share of it is taken. Hold it until the request is answered.
+    pub fn hold_body(
+        self: &Arc<Self>,
+        source: IpAddr,
+        priority: Priority,
+        bytes: u64,
+    ) -> Result<BodyHold, Refusal> {
+        let mut state = self.state();
+        let trusted = state
+            .settings
+            .trusted
+            .iter()
+            .any(|net| net.contains(&source));
+        let source = Source::of(source);
+        let held = state.bodies.hold(source, trusted, bytes);
+        let total = state.bodies.held();
+        drop(state);
+        self.metrics.body_bytes.set(total as i64);
+        match held {
+            Ok(()) => Ok(BodyHold {
+                admission: Arc::clone(self),
+                source,
+                bytes,
+            }),
+            Err(no_room) => {
+                let reason = match no_room {
+                    NoRoom::Total => ShedReason::BodyBytes,
+                    NoRoom::Source => ShedReason::SourceBodyBytes,
+                };
                 self.metrics.shed(priority, reason.as_str());
                 Err(Refusal::Shed(reason))
             }
@@ -332,6 +385,16 @@ impl Permit {
     }
 }
 
+impl Drop for BodyHold {
+    fn drop(&mut self) {
+        let mut state = self.admission.state();
+        state.bodies.release(self.source, self.bytes);
+        let total = state.bodies.held();
+        drop(state);
+        self.admission.metrics.body_bytes.set(total as i64);
+    }
+}
+
 impl Drop for BodyClaim {
     fn drop(&mut self) {
         if let Some((admission, claim)) = &self.admission {
@@ -407,6 +470,7 @@ mod tests {
             spool_shed_low_above: 0.5,
             spool_high_only_above: 0.8,
             trusted: vec!["192.0.2.0/24".parse().unwrap()],
+            max_body_bytes: 8 << 20,
         }
     }
 

@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
+use bytesize::ByteSize;
 use edge_kit::config_file::FieldErrors;
 use serde::Deserialize;
 
 use crate::admission::AdmissionSettings;
+use crate::admission::SOURCE_BODY_SHARE as SOURCE_SHARE;
 use crate::admission::limiter;
 
 /// Admission control. The limiter's defaults live with it (`limiter::Settings`).
@@ -31,6 +33,9 @@ pub(super) struct RawAdmission {
     spool_shed_low_above: f64,
     /// Fraction above which only high-priority routes are admitted.
     spool_high_only_above: f64,
+    /// Request body bytes held at once, edge-wide (one source: an eighth); a body that
+    /// finds no room is refused before it is read (503).
+    max_body_bytes: ByteSize,
 }
 
 impl Default for RawAdmission {
@@ -47,14 +52,17 @@ impl Default for RawAdmission {
             max_queue: limiter.max_queue,
             spool_shed_low_above: 0.6,
             spool_high_only_above: 0.8,
+            max_body_bytes: ByteSize::mib(256),
         }
     }
 }
 
 impl RawAdmission {
+    /// `largest_body`: the largest route `max_body`, which must fit a source's share.
     pub(super) fn validate(
         self,
         trusted: &[ipnet::IpNet],
+        largest_body: u64,
         errors: &mut FieldErrors,
     ) -> AdmissionSettings {
         let at = |field: &str| format!("admission.{field}");
@@ -82,6 +90,16 @@ impl RawAdmission {
                 "needs 0 < spool_shed_low_above <= spool_high_only_above <= 1",
             );
         }
+        let max_body_bytes = self.max_body_bytes.as_u64();
+        if max_body_bytes / SOURCE_SHARE < largest_body {
+            errors.add(
+                at("max_body_bytes"),
+                format!(
+                    "an eighth of it (one source's share) must hold the largest route max_body ({})",
+                    ByteSize::b(largest_body)
+                ),
+            );
+        }
         AdmissionSettings {
             enabled: self.enabled,
             limiter: limiter::Settings {
@@ -97,6 +115,7 @@ impl RawAdmission {
             spool_shed_low_above: self.spool_shed_low_above,
             spool_high_only_above: self.spool_high_only_above,
             trusted: trusted.to_vec(),
+            max_body_bytes,
         }
     }
 }

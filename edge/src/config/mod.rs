@@ -182,11 +182,12 @@ impl RawConfig {
         let tls = self.tls.validate(&mut errors);
         let spool = self.spool.validate(&mut errors);
         let http = self.http.validate(&mut errors);
-        let admission = self
-            .admission
-            .validate(&self.connections.trusted, &mut errors);
         let connections = self.connections.validate(&mut errors);
         let routes = routes::validate(self.routes, spool.segment_bytes, files, &mut errors);
+        let largest_body = routes.iter().map(|r| r.max_body).max().unwrap_or(0);
+        let admission = self
+            .admission
+            .validate(&connections.trusted, largest_body, &mut errors);
         let backhaul = self.backhaul.and_then(|raw| raw.validate(&mut errors));
         let Some(tls) = tls else {
             return Err(errors.into_errors());
