@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: the edge's full path (verify + group-commit fdatasync + 202) against nginx
 # answering `return 202;`, side by side in one run: TLS 1.3, keep-alive, 1 KiB signed
-# GitHub POSTs with distinct delivery ids, wrk -t2 -c64. Rounds alternate which server
+# GitHub POSTs, each a distinct delivery (its own id and signed body), wrk -t2 -c64, and
+# once the replay path (one body under fresh ids). Rounds alternate which server
 # goes first; medians and the edge/nginx ratios are printed, plus the edge's peak RSS.
 #   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 BATCH_DELAY=1ms lab/bench/edge-vs-nginx.sh
 # With ANCHOR_EDGE=/path/to/edge the anchor is that other edge build on the same config
@@ -51,7 +52,7 @@ http {
 }
 CONF
 
-sig=$(bench_body "$work/body.json" bench-secret)
+bench_bodies "$work/bodies.tsv" bench-secret
 
 "${server_cpu[@]}" target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
@@ -85,6 +86,10 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
+# The replay path, once: one captured body under fresh ids, acknowledged, not stored.
+replay_line=$(REPLAY=1 bench_wrk edge-replay "https://127.0.0.1:$EDGE_PORT/hooks/github")
+echo "replays: $replay_line"
+
 edge_rps=$(field edge rps | median); nginx_rps=$(field "$anchor" rps | median)
 edge_p99=$(field edge p99_us | median); nginx_p99=$(field "$anchor" p99_us | median)
 edge_bad=$(field edge non2xx | awk '{s+=$1} END {print s+0}')
@@ -95,12 +100,14 @@ mean_of() { echo "$metrics" | awk -v m="$1" -v k="$2" '$1 ~ "^"m"_sum" {s=$NF} $
 mean_batch=$(mean_of edge_spool_batch_records 1)
 mean_fsync=$(mean_of edge_spool_fsync_seconds 1000)
 
-awk -v label="$anchor_label" -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" \
+replay=$(echo "$replay_line" | grep -o 'rps=[0-9.]*' | cut -d= -f2)
+awk -v label="$anchor_label" -v replay="${replay:-?} req/s" -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" \
     -v rss="$rss_kb" -v stored="${stored:-?}" -v batch="${mean_batch:-?}" -v fsync="${mean_fsync:-?}" -v rounds="$ROUNDS" \
     -v mode="$([ "$PIN" = 1 ] && echo "per core: server alone on CPU 0, wrk -t1 on CPU 1" || echo "whole machine, unpinned")" 'BEGIN {
     printf "\nmedians of %d alternating rounds (%s)\n", rounds, mode
     printf "edge  (verify + fsync + 202): %8.0f req/s  p99 %6.2f ms  non-2xx %d\n", er, ep / 1000, bad
     printf "%-30s%8.0f req/s  p99 %6.2f ms\n", label, nr, np / 1000
     printf "ratio edge/anchor: req/s %.2f  p99 %.2f\n", er / nr, ep / np
+    printf "edge replays (one body under fresh ids, not stored): %s\n", replay
     printf "edge peak RSS %.1f MB; events stored durably %s; mean group-commit batch %s records, mean fdatasync %s ms\n", rss / 1024, stored, batch, fsync
 }'

@@ -1,10 +1,18 @@
--- wrk script: signed GitHub webhooks with a distinct X-GitHub-Delivery per request.
--- BODY_FILE holds the body, SIG its X-Hub-Signature-256, RUN makes ids unique per run.
-local f = assert(io.open(os.getenv("BODY_FILE"), "rb"))
-local body = f:read("*a")
-f:close()
-local sig = os.getenv("SIG")
+-- wrk script: signed GitHub webhooks, each a distinct delivery: its own X-GitHub-Delivery
+-- and its own signed body, as real traffic is (one body under fresh ids is a replay,
+-- which the edge acknowledges without storing). BODIES holds "signature<TAB>body" lines
+-- (lib.sh's bench_bodies); thread t of THREADS cycles through every THREADS-th line, so
+-- a body comes back only after more deliveries than a route's de-duplication window.
+-- REPLAY=1 sends the first line's body under every id instead: the replay path.
+-- RUN makes ids unique per run.
+local pool = {}
+for line in io.lines(os.getenv("BODIES")) do
+  local sig, body = line:match("^([^\t]+)\t(.*)$")
+  pool[#pool + 1] = { sig, body }
+end
 local run = os.getenv("RUN")
+local stride = tonumber(os.getenv("THREADS") or "1")
+local replay = os.getenv("REPLAY") == "1"
 local threads = 0
 local n = 0
 
@@ -15,12 +23,17 @@ end
 
 function request()
   n = n + 1
+  local pick = 1
+  if not replay then
+    pick = ((tid - 1) + (n - 1) * stride) % #pool + 1
+  end
+  local signed = pool[pick]
   return wrk.format("POST", "/hooks/github", {
     ["Content-Type"] = "application/json",
     ["X-GitHub-Event"] = "push",
     ["X-GitHub-Delivery"] = run .. "-" .. tid .. "-" .. n,
-    ["X-Hub-Signature-256"] = sig,
-  }, body)
+    ["X-Hub-Signature-256"] = signed[1],
+  }, signed[2])
 end
 
 function done(summary, latency, requests)

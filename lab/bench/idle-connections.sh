@@ -20,7 +20,7 @@ ulimit -n "$(ulimit -Hn)"
 bench_prepare idle
 
 bench_identity "$work"
-sig=$(bench_body "$work/body.json" bench-secret)
+bench_bodies "$work/bodies.tsv" bench-secret
 
 # Long deadlines, so that no connection ends while N are opened one after another (builds
 # before the edge's own head clock also ended idle keep-alives at the head deadline).
@@ -68,7 +68,7 @@ measure() {
     local measured=$pid
     [ "$server" = nginx ] && measured=$(pgrep -P "$pid" | head -1)
     before=$(rss_kib "$measured")
-    coproc CLIENT { python3 lab/bench/idle_client.py "$N" "$port" "$protocol" "$work/body.json" "$sig"; }
+    coproc CLIENT { python3 lab/bench/idle_client.py "$N" "$port" "$protocol" "$work/bodies.tsv"; }
     local client_pid=$CLIENT_PID
     read -r line <&"${CLIENT[0]}" || { echo "the $protocol client failed against $server" >&2; exit 1; }
     sleep 1

@@ -4,7 +4,10 @@ HTTP/1.1; a response for HTTP/2), and keeps
 every connection open and idle. Prints "open N answered A" once they all are, answers
 HTTP/2 PINGs meanwhile, and closes everything when a line arrives on stdin.
 
-    idle_client.py N PORT h1|h2 BODY_FILE SIGNATURE
+    idle_client.py N PORT h1|h2 BODIES
+
+BODIES holds "signature<TAB>body" lines (lib.sh's bench_bodies): connection i sends
+line i, a distinct delivery.
 """
 
 import os
@@ -15,9 +18,10 @@ import struct
 import sys
 import time
 
-n, port, protocol, body_file, signature = sys.argv[1:6]
+n, port, protocol, bodies = sys.argv[1:5]
 n, port = int(n), int(port)
-body = open(body_file, "rb").read()
+with open(bodies, "rb") as lines:
+    pool = [line.rstrip(b"\n").split(b"\t", 1) for line in lines]
 
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 context.check_hostname = False
@@ -41,19 +45,19 @@ def literal(name, value):
     return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
 
 
-def headers(delivery):
+def headers(delivery, signature, body):
     return {
         "content-type": "application/json",
         "x-github-event": "push",
         "x-github-delivery": delivery,
-        "x-hub-signature-256": signature,
+        "x-hub-signature-256": signature.decode(),
         "content-length": str(len(body)),
     }
 
 
-def post_h1(tls, delivery):
+def post_h1(tls, delivery, signature, body):
     head = "POST /hooks/github HTTP/1.1\r\nhost: localhost\r\n"
-    head += "".join(f"{k}: {v}\r\n" for k, v in headers(delivery).items()) + "\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers(delivery, signature, body).items()) + "\r\n"
     tls.sendall(head.encode() + body)
     return tls.recv(4096).startswith(b"HTTP/1.1 202")
 
@@ -71,11 +75,11 @@ def read_frame(tls, buffer):
     return kind, flags, stream, payload
 
 
-def post_h2(tls, delivery):
+def post_h2(tls, delivery, signature, body):
     block = b"".join(
         literal(k, v)
         for k, v in [(":method", "POST"), (":scheme", "https"), (":authority", "localhost"), (":path", "/hooks/github")]
-        + list(headers(delivery).items())
+        + list(headers(delivery, signature, body).items())
     )
     tls.sendall(
         H2_PREFACE
@@ -101,7 +105,9 @@ answered = 0
 for i in range(n):
     tls = context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
     delivery = f"idle-{protocol}-{port}-{i}-{time.time_ns()}"
-    answered += post_h2(tls, delivery) if protocol == "h2" else post_h1(tls, delivery)
+    signature, body = pool[(i + (n if protocol == "h2" else 0)) % len(pool)]
+    post = post_h2 if protocol == "h2" else post_h1
+    answered += post(tls, delivery, signature, body)
     connections.append(tls)
 print(f"open {len(connections)} answered {answered}", flush=True)
 

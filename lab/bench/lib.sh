@@ -25,15 +25,22 @@ ${2:-}
 YAML
 }
 
-# bench_body FILE SECRET: writes the body to FILE and prints its signature header value.
-bench_body() {
-    python3 - "$1" <<'PY'
-import json, sys
-body = {"ref": "refs/heads/main", "repository": {"full_name": "acme/webhooks"}, "pusher": {"name": "bench"}}
-body["padding"] = "x" * (1024 - len(json.dumps({**body, "padding": ""})))
-open(sys.argv[1], "w").write(json.dumps(body))
+# bench_bodies FILE SECRET: FILE gets "signature<TAB>body" lines, distinct 1 KiB GitHub
+# push bodies each with its X-Hub-Signature-256 under SECRET: 70,000 a wrk thread
+# (THREADS), more than a route's de-duplication window (65,536), so that each request
+# is a distinct delivery however long the run (github.lua).
+bench_bodies() {
+    python3 - "$1" "$2" "$((70000 * ${THREADS:-2}))" <<'PY'
+import hashlib, hmac, json, sys
+path, secret, count = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+with open(path, "w") as out:
+    for i in range(count):
+        body = {"ref": "refs/heads/main", "after": f"{i:040x}", "repository": {"full_name": "acme/webhooks"}, "pusher": {"name": "bench"}}
+        body["padding"] = "x" * (1024 - len(json.dumps({**body, "padding": ""})))
+        text = json.dumps(body)
+        sig = hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
+        out.write(f"sha256={sig}\t{text}\n")
 PY
-    echo "sha256=$(openssl dgst -sha256 -hmac "$2" < "$1" | awk '{print $NF}')"
 }
 
 # bench_prepare NAME: setup, the release edge, and $work (on disk, not tmpfs: the edge's
@@ -53,11 +60,12 @@ bench_cleanup() {
     rm -rf "$work"
 }
 
-# bench_wrk LABEL URL: one wrk run (THREADS, CONNS, DURATION) of signed GitHub POSTs
-# ($work/body.json, $sig) with unique delivery ids; prints "LABEL rps=.. p50_us=.. ..".
-# wrk runs under the command in the array client_cpu if it is set (e.g. taskset -c 1).
+# bench_wrk LABEL URL: one wrk run (THREADS, CONNS, DURATION) of distinct signed GitHub
+# deliveries ($work/bodies.tsv from bench_bodies; REPLAY=1: one body under fresh ids);
+# prints "LABEL rps=.. p50_us=.. ..". wrk runs under the command in the array client_cpu
+# if it is set (e.g. taskset -c 1).
 bench_wrk() {
-    BODY_FILE="$work/body.json" SIG="$sig" RUN="$1-$RANDOM$RANDOM" \
+    BODIES="$work/bodies.tsv" THREADS="${THREADS:-2}" RUN="$1-$RANDOM$RANDOM" \
         ${client_cpu[@]+"${client_cpu[@]}"} wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "$2" \
         | grep '^RESULT' | sed "s/^RESULT/$1/"
 }
