@@ -542,6 +542,17 @@ async fn tls_to(
     cert_pem: &[u8],
     alpn: &[u8],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    tls_from("127.0.0.1".parse().unwrap(), port, cert_pem, alpn).await
+}
+
+/// A TLS connection from the loopback address `source` to the edge on `port` whose
+/// certificate is `cert_pem`, offering the one application protocol `alpn`.
+pub async fn tls_from(
+    source: std::net::IpAddr,
+    port: u16,
+    cert_pem: &[u8],
+    alpn: &[u8],
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(cert_pem) {
         roots.add(cert.unwrap()).unwrap();
@@ -553,7 +564,9 @@ async fn tls_to(
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((source, 0).into())?;
+    let tcp = socket.connect(([127, 0, 0, 1], port).into()).await?;
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
