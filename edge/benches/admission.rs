@@ -330,7 +330,11 @@ async fn probe_requests(client: reqwest::Client, url: String, seconds: u64) -> V
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     for n in 0..seconds * 50 {
         tick.tick().await;
-        let request = signed_github(client.post(&url), &format!("probe-{n}"), b"{}");
+        let request = signed_github(
+            client.post(&url),
+            &format!("probe-{n}"),
+            &delivery_body(&format!("probe-{n}")),
+        );
         let sent = Instant::now();
         let status = match tokio::time::timeout(DEADLINE, request.send()).await {
             Ok(Ok(response)) => Some(response.status().as_u16()),

@@ -183,7 +183,7 @@ async fn over_http2_a_shed_stream_is_answered_then_reset_not_read_on() {
         let spent = signed_github(
             spender.post(edge.url("/hooks/limited")),
             &format!("b-{i}"),
-            b"{}",
+            &delivery_body(&format!("b-{i}")),
         )
         .send()
         .await

@@ -39,7 +39,7 @@ async fn kill_9_midway(preallocate: bool) {
                 break;
             }
             let delivery = format!("warm-{n}");
-            let _ = signed_github(client.post(&url), &delivery, b"{}")
+            let _ = signed_github(client.post(&url), &delivery, &delivery_body(&delivery))
                 .send()
                 .await;
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -162,11 +162,16 @@ async fn kill_9_midway(preallocate: bool) {
     let body: serde_json::Value = again.json().await.unwrap();
     assert_eq!(body["duplicate"], true);
     assert_eq!(
-        github_post(&client, &edge, "after-restart", b"{}")
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        github_post(
+            &client,
+            &edge,
+            "after-restart",
+            &delivery_body("after-restart")
+        )
+        .send()
+        .await
+        .unwrap()
+        .status(),
         202
     );
     let after = edge::spool::dump(&edge.spool_dir()).unwrap();

@@ -70,7 +70,7 @@ async fn a_failed_fsync_is_answered_503_and_the_edge_restarts_from_the_disk() {
     let mut before = Vec::new();
     for i in 0..50 {
         let id = format!("before-eio-{i}");
-        let sent = github_post(&client, &rig.edge, &id, b"{}")
+        let sent = github_post(&client, &rig.edge, &id, &delivery_body(&id))
             .send()
             .await
             .unwrap();
@@ -80,7 +80,12 @@ async fn a_failed_fsync_is_answered_503_and_the_edge_restarts_from_the_disk() {
     rig.fs.fail_fsyncs(1);
     let mut burst = tokio::task::JoinSet::new();
     for i in 0..20 {
-        let request = github_post(&client, &rig.edge, &format!("during-eio-{i}"), b"{}");
+        let request = github_post(
+            &client,
+            &rig.edge,
+            &format!("during-eio-{i}"),
+            &delivery_body(&format!("during-eio-{i}")),
+        );
         burst.spawn(async move { request.send().await.map(|r| r.status().as_u16()) });
     }
     let mut statuses = Vec::new();
@@ -181,7 +186,7 @@ async fn bit_rot_costs_only_the_damaged_records_and_never_stalls_delivery() {
     let mut after = Vec::new();
     for i in 0..20 {
         let id = format!("after-rot-{i}");
-        let sent = github_post(&client, &edge, &id, b"{}")
+        let sent = github_post(&client, &edge, &id, &delivery_body(&id))
             .send()
             .await
             .unwrap();
@@ -248,10 +253,15 @@ async fn a_segment_the_previous_release_wrote_is_delivered() {
     }
     edge.spawn();
     let client = client(&edge, false);
-    let sent = github_post(&client, &edge, "after-upgrade", b"{}")
-        .send()
-        .await
-        .unwrap();
+    let sent = github_post(
+        &client,
+        &edge,
+        "after-upgrade",
+        &delivery_body("after-upgrade"),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(sent.status(), 202);
     let answer: serde_json::Value = sent.json().await.unwrap();
     assert_eq!(answer["seq"], 4, "numbered after the old segment's records");

@@ -61,7 +61,7 @@ fn early_data_is_guarded_per_route_and_single_use() {
     let client = client(&edge, false);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let status = runtime.block_on(async {
-        github_post(&client, &edge, "early-3", b"{}")
+        github_post(&client, &edge, "early-3", &delivery_body("early-3"))
             .header("Early-Data", "1")
             .send()
             .await
@@ -71,7 +71,7 @@ fn early_data_is_guarded_per_route_and_single_use() {
     assert_eq!(status.as_u16(), 425);
     // Without early data or the header the same route accepts the event.
     let status = runtime.block_on(async {
-        github_post(&client, &edge, "early-2", b"{}")
+        github_post(&client, &edge, "early-2", &delivery_body("early-2"))
             .send()
             .await
             .unwrap()

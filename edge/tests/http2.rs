@@ -81,10 +81,15 @@ async fn open_and_cancel_in_a_loop_is_cut_off_with_goaway() {
 
     // Another client, another connection: still served.
     let client = client(&edge, true);
-    let r = github_post(&client, &edge, "after-rapid-reset", b"{}")
-        .send()
-        .await
-        .unwrap();
+    let r = github_post(
+        &client,
+        &edge,
+        "after-rapid-reset",
+        &delivery_body("after-rapid-reset"),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 202);
     assert_eq!(r.version(), reqwest::Version::HTTP_2);
 }

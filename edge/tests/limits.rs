@@ -53,10 +53,15 @@ async fn per_source_caps_close_before_tls() {
         .local_address(Some("127.0.0.2".parse().unwrap()))
         .build()
         .unwrap();
-    let r = github_post(&client, &edge, "other-source", b"{}")
-        .send()
-        .await
-        .unwrap();
+    let r = github_post(
+        &client,
+        &edge,
+        "other-source",
+        &delivery_body("other-source"),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(r.status(), 202);
 
     // A trusted CIDR (many senders behind one egress) gets its higher cap.
@@ -167,10 +172,15 @@ fn idle_connections_are_closed() {
 async fn a_keep_alive_connection_lasts_the_idle_timeout_not_the_head_deadline() {
     let edge = Edge::start("", "").with_section("http: { header_timeout: 1s, idle_timeout: 3s }\n");
     let client = client(&edge, false);
-    let response = github_post(&client, &edge, "keep-alive-1", b"{}")
-        .send()
-        .await
-        .unwrap();
+    let response = github_post(
+        &client,
+        &edge,
+        "keep-alive-1",
+        &delivery_body("keep-alive-1"),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(response.status().as_u16(), 202);
     let idle_since = std::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(2000)).await;

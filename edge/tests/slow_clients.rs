@@ -70,10 +70,15 @@ async fn out_of_descriptors_accept_backs_off_and_recovers() {
     report.assert_legitimate_served(0.9);
     let client = legitimate_client(&report.edge);
     for i in 0..20 {
-        let response = github_post(&client, &report.edge, &format!("after-{i}"), b"{}")
-            .send()
-            .await
-            .unwrap();
+        let response = github_post(
+            &client,
+            &report.edge,
+            &format!("after-{i}"),
+            &delivery_body(&format!("after-{i}")),
+        )
+        .send()
+        .await
+        .unwrap();
         assert_eq!(response.status().as_u16(), 202);
     }
 }

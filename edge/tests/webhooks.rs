@@ -457,7 +457,7 @@ async fn sigterm_drains_then_exits_cleanly() {
     let mut edge = Edge::start("", "");
     let c = client(&edge, false);
     assert_eq!(
-        github_post(&c, &edge, "before", b"{}")
+        github_post(&c, &edge, "before", &delivery_body("before"))
             .send()
             .await
             .unwrap()
@@ -475,7 +475,7 @@ async fn sigterm_drains_then_exits_cleanly() {
         Some(503),
         "readyz fails at once when draining"
     );
-    let during = github_post(&c, &edge, "during-grace", b"{}")
+    let during = github_post(&c, &edge, "during-grace", &delivery_body("during-grace"))
         .send()
         .await
         .unwrap();

@@ -437,6 +437,12 @@ pub fn github_signature(secret: &str, body: &[u8]) -> String {
     )
 }
 
+/// A body of its own for `delivery`: one signed body under several delivery ids is a
+/// replay, which the edge acknowledges without storing.
+pub fn delivery_body(delivery: &str) -> Vec<u8> {
+    format!(r#"{{"delivery":"{delivery}"}}"#).into_bytes()
+}
+
 /// A signed GitHub delivery.
 pub fn github_post(
     client: &reqwest::Client,
