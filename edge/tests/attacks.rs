@@ -91,6 +91,46 @@ async fn signature_candidate_floods_cost_no_more_than_a_valid_request() {
     assert!(ratio(flood, valid) <= 2.0 && ratio(wrong, valid) <= 2.0);
 }
 
+/// A candidate that cannot be a MAC beside a valid one, as the providers' own libraries
+/// accept (stripe-python's `verify_header`, the `standardwebhooks` reference): stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_candidate_beside_a_valid_one_is_skipped() {
+    let _turn = SERIAL.lock().await;
+    let edge = Edge::start_in_memory("", ROUTES);
+    let client = client(&edge, false);
+    let body = br#"{"id":"evt_skip_candidate","object":"event"}"#;
+    let t = unix_now();
+    let mac = hmac_sha256(
+        STRIPE_SECRET.as_bytes(),
+        &[format!("{t}.").as_bytes(), body],
+    );
+    let stripe = client
+        .post(edge.url("/hooks/stripe"))
+        .header(
+            "Stripe-Signature",
+            format!("t={t},v1=deadbeef,v1={}", hex::encode(mac)),
+        )
+        .body(body.to_vec());
+    assert_eq!(stripe.send().await.unwrap().status(), 202);
+    let key = edge::verify::decode_standard_secret(STANDARD_SECRET).unwrap();
+    let ts = t.to_string();
+    let body = br#"{"type":"skip.candidate"}"#;
+    let mac = hmac_sha256(&key, &[b"msg_skip.", ts.as_bytes(), b".", body]);
+    let standard = client
+        .post(edge.url("/hooks/std"))
+        .header("webhook-id", "msg_skip")
+        .header("webhook-timestamp", ts)
+        .header(
+            "webhook-signature",
+            format!(
+                "v1,AAAA v1,{}",
+                base64::engine::general_purpose::STANDARD.encode(mac)
+            ),
+        )
+        .body(body.to_vec());
+    assert_eq!(standard.send().await.unwrap().status(), 202);
+}
+
 /// HTTP/2 connections that only answer the edge's PINGs, more than `connections.max` of
 /// them over time, while a sender opens a fresh TLS connection for every request: each
 /// hoarder is closed by the idle timeout (or evicted for a newcomer), and the sender is
@@ -164,7 +204,12 @@ async fn h2_frame_abuse_is_cut_off_or_costs_less_than_requests() {
     let legit = Legit::start(&edge, false);
     let h2_client = client(&edge, true);
     let valid = cpu_per_request(&edge, CPU_ROUNDS, |i| {
-        let request = github_post(&h2_client, &edge, &format!("cpu-{i}"), b"{}");
+        let request = github_post(
+            &h2_client,
+            &edge,
+            &format!("cpu-{i}"),
+            &delivery_body(&format!("cpu-{i}")),
+        );
         async move { assert_eq!(request.send().await.unwrap().status(), 202) }
     })
     .await;
@@ -695,14 +740,20 @@ async fn heads_at_the_limits_round_trip_and_past_them_get_431() {
     }
     let client = client(&edge, false);
     let valid = cpu_per_request(&edge, CPU_ROUNDS, |i| {
-        let request = github_post(&client, &edge, &format!("cpu-{i}"), b"{}");
+        let request = github_post(
+            &client,
+            &edge,
+            &format!("cpu-{i}"),
+            &delivery_body(&format!("cpu-{i}")),
+        );
         async move { assert_eq!(request.send().await.unwrap().status(), 202) }
     })
     .await;
     let oversized = cpu_per_request(&edge, CPU_ROUNDS, |_| {
-        let request = (0..60).fold(github_post(&client, &edge, "huge", b"{}"), |r, i| {
-            r.header(format!("x-huge-{i}"), "h".repeat(2000))
-        });
+        let request = (0..60).fold(
+            github_post(&client, &edge, "huge", &delivery_body("huge")),
+            |r, i| r.header(format!("x-huge-{i}"), "h".repeat(2000)),
+        );
         async move { assert_eq!(request.send().await.unwrap().status(), 431) }
     })
     .await;
