@@ -390,7 +390,7 @@ async fn load_until_cut(rig: &Rig, acked: &Arc<Mutex<Vec<String>>>, cut: u32) ->
                 }
                 let id = format!("cut{cut}-s{sender}-{n}");
                 let body = format!(
-                    r#"{{"sender":{sender},"n":{n},"pad":"{}"}}"#,
+                    r#"{{"cut":{cut},"sender":{sender},"n":{n},"pad":"{}"}}"#,
                     "p".repeat(n % 3 * 400)
                 );
                 let sent = signed_github(client.post(&url), &id, body.as_bytes())

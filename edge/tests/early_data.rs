@@ -143,7 +143,7 @@ fn s_client(edge: &Edge, session: &Path, early: Option<&Path>) -> String {
 }
 
 fn signed_request(path: &str, delivery: &str) -> String {
-    let body = r#"{"zen":"early"}"#;
+    let body = format!(r#"{{"zen":"early","delivery":"{delivery}"}}"#);
     format!(
         "POST {path} HTTP/1.1\r\nHost: localhost\r\nX-GitHub-Event: push\r\n\
          X-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: {signature}\r\n\

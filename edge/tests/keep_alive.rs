@@ -128,7 +128,7 @@ async fn an_idle_connection_is_closed_at_shutdown_without_waiting_for_the_timeou
 
 /// An HTTP/1.1 POST of a signed GitHub delivery, as bytes.
 fn signed_post(delivery: &str) -> Vec<u8> {
-    let body = br#"{"zen":"keep alive"}"#;
+    let body = &delivery_body(delivery);
     let mut request = format!(
         "POST /hooks/github HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          X-GitHub-Event: push\r\nX-GitHub-Delivery: {delivery}\r\nX-Hub-Signature-256: {}\r\n\

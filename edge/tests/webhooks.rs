@@ -37,8 +37,11 @@ fn spool_ids(edge: &Edge) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn github_over_h1_and_h2_is_stored_then_acknowledged() {
     let edge = Edge::start("", "");
-    for (http2, delivery) in [(false, "d-h1"), (true, "d-h2")] {
-        let response = github_post(&client(&edge, http2), &edge, delivery, br#"{"zen":"hi"}"#)
+    for (http2, delivery, body) in [
+        (false, "d-h1", br#"{"zen":"hi"}"#),
+        (true, "d-h2", br#"{"zen":"h2"}"#),
+    ] {
+        let response = github_post(&client(&edge, http2), &edge, delivery, body)
             .send()
             .await
             .unwrap();
@@ -324,10 +327,11 @@ async fn full_spool_answers_503_with_retry_after_and_writes_nothing_partial() {
         "  - path: /hooks/big\n    provider: github\n    secrets: [\"big\"]\n    max_body: 512KiB\n",
     );
     let c = client(&edge, false);
-    let body = vec![b'z'; 500 * 1024];
-    let sig = github_signature("big", &body);
     let mut statuses = Vec::new();
     for i in 0..6 {
+        let mut body = vec![b'z'; 500 * 1024];
+        body[0] = b'0' + i;
+        let sig = github_signature("big", &body);
         let r = c
             .post(edge.url("/hooks/big"))
             .header("X-GitHub-Delivery", format!("big-{i}"))
@@ -378,8 +382,8 @@ async fn full_spool_answers_503_with_retry_after_and_writes_nothing_partial() {
 async fn curl_posts_over_http1_and_http2() {
     let edge = Edge::start("", "");
     let cert = edge.dir.path().join("cert.pem");
-    let body = r#"{"via":"curl"}"#;
     for (flag, delivery) in [("--http1.1", "curl-1"), ("--http2", "curl-2")] {
+        let body = &format!(r#"{{"via":"curl","delivery":"{delivery}"}}"#);
         let output = Command::new("curl")
             .args([
                 "-sS",

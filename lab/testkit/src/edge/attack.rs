@@ -23,6 +23,9 @@ impl Legit {
     pub fn start(edge: &Edge, fresh: bool) -> Legit {
         let clients = [false, true].map(|http2| legit_client(edge, http2, fresh));
         let url = edge.url("/hooks/github");
+        // Each sender's deliveries its own, however many run against one edge: a
+        // repeated one would be answered as a duplicate, cheaper than a stored one.
+        let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let task = tokio::spawn(async move {
@@ -35,8 +38,8 @@ impl Legit {
                 }
                 let request = super::signed_github(
                     clients[i % 2].post(&url),
-                    &format!("legit-{i}"),
-                    format!(r#"{{"legit":{i}}}"#).as_bytes(),
+                    &format!("legit-{run}-{i}"),
+                    format!(r#"{{"legit":{i},"run":{run}}}"#).as_bytes(),
                 );
                 sends.spawn(async move {
                     let started = Instant::now();
@@ -245,6 +248,8 @@ fn thread_runtimes(pid: i32) -> HashMap<String, u64> {
         .collect()
 }
 
+/// Numbers each [`Legit`] sender of this process.
+static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
 /// The legitimate sender's address; attacks come from 127.0.0.1.
 pub const LEGIT_SOURCE: &str = "127.0.0.2";
 const LEGIT_INTERVAL: Duration = Duration::from_millis(20);
