@@ -321,6 +321,32 @@ mod tests {
         std::fs::write(path, &bytes).unwrap();
     }
 
+    /// A spool an older release wrote has no note of when origin keys became scoped:
+    /// its records keep their bare keys (the origin may hold them under those), and
+    /// what this release stores after them is scoped to its route.
+    #[tokio::test]
+    async fn records_an_older_release_stored_keep_their_bare_origin_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (spool, _) = open(dir.path());
+        spool.append(event("old-1", 10)).await.unwrap();
+        spool.append(event("old-2", 10)).await.unwrap();
+        spool.close().await;
+        std::fs::remove_file(dir.path().join("origin-keys-scoped-from")).unwrap();
+
+        let (spool, _) = open(dir.path());
+        spool.append(event("new-3", 10)).await.unwrap();
+        let records = spool.reader().read_batch(10).unwrap().records;
+        let keys: Vec<String> = records.iter().map(|r| spool.origin_key(r)).collect();
+        assert_eq!(keys[..2], ["old-1", "old-2"]);
+        assert_eq!(keys[2], crate::event::origin_key("r", "new-3"));
+        spool.close().await;
+
+        let (spool, _) = open(dir.path());
+        let records = spool.reader().read_batch(10).unwrap().records;
+        assert_eq!(spool.origin_key(&records[0]), "old-1", "the note is kept");
+        spool.close().await;
+    }
+
     #[tokio::test]
     async fn append_read_checkpoint_and_reopen() {
         let dir = tempfile::tempdir().unwrap();
