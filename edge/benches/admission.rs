@@ -46,13 +46,13 @@ fn main() {
         .build()
         .unwrap();
     let body_bytes: usize = env_or("BODY_BYTES", 60_000);
-    let body = Arc::new(SignedBody::github(format!(
+    let body = Arc::new(SignedBody::github(&format!(
         r#"{{"pad":"{}"}}"#,
         "x".repeat(body_bytes)
     )));
     // The edge gets CPU 0 and this client CPU 1: a 64 KiB body costs the edge an HMAC
-    // over it, the client (signed once) only its TLS encryption. Whether the client
-    // still kept up shows in each row.
+    // over it, the client (its shared part signed once) a copy and its TLS encryption.
+    // Whether the client still kept up shows in each row.
     pin_to_cpu(1);
 
     let capacity = {
