@@ -78,16 +78,13 @@ struct State {
 }
 
 /// A request let in at its head, reading its body: it counts against the free slots
-/// until dropped.
+/// (when admission is on) and holds room for its body in the body budget until dropped.
 pub struct BodyClaim {
-    admission: Option<(Arc<Admission>, Ticket)>,
-}
-
-/// Room for a request's body in the edge-wide body budget, given back when dropped.
-pub struct BodyHold {
     admission: Arc<Admission>,
+    /// The limiter's claim on a slot; none while admission is off.
+    ticket: Option<Ticket>,
     source: Source,
-    bytes: u64,
+    body_bytes: u64,
 }
 
 /// A concurrency slot, given back when dropped. Call [`Permit::worked`] once the
@@ -148,8 +145,10 @@ impl Admission {
     }
 
     /// Before the body: `Err` refuses the request now. The claim stands for the slot
-    /// the request will want once its body is in; drop it then, before
-    /// [`Admission::acquire`], or when the body fails.
+    /// the request will want once its body is in, and holds room for `body_bytes` (the
+    /// most its body can be) in the body budget, which bounds memory whether admission
+    /// is on or off; drop it once the body is in, before [`Admission::acquire`], or
+    /// when the body fails.
     pub fn check(
         self: &Arc<Self>,
         route: &Arc<str>,
@@ -157,52 +156,9 @@ impl Admission {
         rate: Option<Rate>,
         source: IpAddr,
         spool_fill: f64,
+        body_bytes: u64,
     ) -> Result<BodyClaim, Refusal> {
         let now = self.now();
-        let mut state = self.state();
-        if !state.settings.enabled {
-            return Ok(BodyClaim { admission: None });
-        }
-        if let Some(rate) = rate
-            && !state
-                .settings
-                .trusted
-                .iter()
-                .any(|net| net.contains(&source))
-            && let Err(wait) = state.rates.take(now, route, Source::of(source), rate)
-        {
-            drop(state);
-            self.metrics.shed(priority, "rate_limited");
-            return Err(Refusal::RateLimited(wait));
-        }
-        let head = match spool_pressure(&state.settings, priority, spool_fill) {
-            Some(reason) => Err(reason),
-            None => state.limiter.head(now, priority),
-        };
-        self.metrics
-            .overloaded
-            .set(state.limiter.overloaded() as i64);
-        drop(state);
-        match head {
-            Ok(claim) => Ok(BodyClaim {
-                admission: Some((Arc::clone(self), claim)),
-            }),
-            Err(reason) => {
-                self.metrics.shed(priority, reason.as_str());
-                Err(Refusal::Shed(reason))
-            }
-        }
-    }
-
-    /// Before the body, whether admission is on or off (the budget bounds memory): room
-    /// for `bytes` of body from `source`, or 503 when the edge-wide budget or the
-    /// source's share of it is taken. Hold it until the request is answered.
-    pub fn hold_body(
-        self: &Arc<Self>,
-        source: IpAddr,
-        priority: Priority,
-        bytes: u64,
-    ) -> Result<BodyHold, Refusal> {
         let mut state = self.state();
         let trusted = state
             .settings
@@ -210,23 +166,48 @@ impl Admission {
             .iter()
             .any(|net| net.contains(&source));
         let source = Source::of(source);
-        let held = state.bodies.hold(source, trusted, bytes);
-        let total = state.bodies.held();
-        drop(state);
-        self.metrics.body_bytes.set(total as i64);
-        match held {
-            Ok(()) => Ok(BodyHold {
-                admission: Arc::clone(self),
-                source,
-                bytes,
-            }),
-            Err(no_room) => {
-                let reason = match no_room {
-                    NoRoom::Total => ShedReason::BodyBytes,
-                    NoRoom::Source => ShedReason::SourceBodyBytes,
-                };
-                self.metrics.shed(priority, reason.as_str());
-                Err(Refusal::Shed(reason))
+        if let Err(no_room) = state.bodies.hold(source, trusted, body_bytes) {
+            drop(state);
+            let reason = match no_room {
+                NoRoom::Total => ShedReason::BodyBytes,
+                NoRoom::Source => ShedReason::SourceBodyBytes,
+            };
+            self.metrics.shed(priority, reason.as_str());
+            return Err(Refusal::Shed(reason));
+        }
+        self.metrics.body_bytes.set(state.bodies.held() as i64);
+        let claim = |ticket| BodyClaim {
+            admission: Arc::clone(self),
+            ticket,
+            source,
+            body_bytes,
+        };
+        if !state.settings.enabled {
+            return Ok(claim(None));
+        }
+        let refusal = if let Some(rate) = rate
+            && !trusted
+            && let Err(wait) = state.rates.take(now, route, source, rate)
+        {
+            Err(("rate_limited", Refusal::RateLimited(wait)))
+        } else {
+            let head = match spool_pressure(&state.settings, priority, spool_fill) {
+                Some(reason) => Err(reason),
+                None => state.limiter.head(now, priority),
+            };
+            self.metrics
+                .overloaded
+                .set(state.limiter.overloaded() as i64);
+            head.map_err(|reason| (reason.as_str(), Refusal::Shed(reason)))
+        };
+        match refusal {
+            Ok(ticket) => Ok(claim(Some(ticket))),
+            Err((reason, refusal)) => {
+                state.bodies.release(source, body_bytes);
+                self.metrics.body_bytes.set(state.bodies.held() as i64);
+                drop(state);
+                self.metrics.shed(priority, reason);
+                Err(refusal)
             }
         }
     }
@@ -385,21 +366,16 @@ impl Permit {
     }
 }
 
-impl Drop for BodyHold {
-    fn drop(&mut self) {
-        let mut state = self.admission.state();
-        state.bodies.release(self.source, self.bytes);
-        let total = state.bodies.held();
-        drop(state);
-        self.admission.metrics.body_bytes.set(total as i64);
-    }
-}
-
 impl Drop for BodyClaim {
     fn drop(&mut self) {
-        if let Some((admission, claim)) = &self.admission {
-            admission.state().limiter.body_read(*claim);
+        let mut state = self.admission.state();
+        if let Some(ticket) = self.ticket {
+            state.limiter.body_read(ticket);
         }
+        state.bodies.release(self.source, self.body_bytes);
+        let held = state.bodies.held();
+        drop(state);
+        self.admission.metrics.body_bytes.set(held as i64);
     }
 }
 
@@ -579,7 +555,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(120)).await;
         assert!(
             admission
-                .check(&route, Priority::High, None, source, 0.0)
+                .check(&route, Priority::High, None, source, 0.0, 1024)
                 .is_ok()
         );
         tokio::time::sleep(Duration::from_millis(130)).await;
@@ -594,13 +570,53 @@ mod tests {
         assert_eq!(shed_after_body(&admission, Priority::High), 0);
     }
 
+    /// The budget (8 MiB here, a source's share 1 MiB) holds whether admission is on
+    /// or off; a claim gives its room back when dropped, and a refusal for another
+    /// reason keeps none.
+    #[tokio::test]
+    async fn body_claims_hold_room_in_the_body_budget_until_dropped() {
+        for enabled in [true, false] {
+            let admission = Admission::new(settings(enabled), AdmissionMetrics::default(), None);
+            let route: Arc<str> = Arc::from("r");
+            let one: IpAddr = "198.51.100.7".parse().unwrap();
+            let other: IpAddr = "198.51.100.8".parse().unwrap();
+            let mib = 1 << 20;
+            let check =
+                |source, bytes| admission.check(&route, Priority::High, None, source, 0.0, bytes);
+            let first = check(one, mib).expect("a share's worth");
+            assert!(matches!(
+                check(one, 1),
+                Err(Refusal::Shed(ShedReason::SourceBodyBytes))
+            ));
+            let second = check(other, mib).expect("another source's share");
+            assert_eq!(admission.state().bodies.held(), 2 * mib);
+            drop(first);
+            drop(second);
+            assert_eq!(admission.state().bodies.held(), 0);
+            check(one, mib).expect("room given back");
+        }
+        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
+        let route: Arc<str> = Arc::from("r");
+        let source: IpAddr = "198.51.100.7".parse().unwrap();
+        let _held = admission.acquire(Priority::High).await.unwrap();
+        let _claim = admission.check(&route, Priority::Low, None, source, 0.0, 1024);
+        let refused = admission.check(&route, Priority::Low, None, source, 0.0, 1024);
+        assert!(matches!(refused, Err(Refusal::Shed(ShedReason::NoSlot))));
+        assert_eq!(
+            admission.state().bodies.held(),
+            1024,
+            "the refused one keeps none"
+        );
+    }
+
     #[tokio::test]
     async fn a_body_claim_holds_a_free_slot_until_dropped() {
         let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
         let route: Arc<str> = Arc::from("r");
         let source: IpAddr = "198.51.100.7".parse().unwrap();
-        let low =
-            |admission: &Arc<Admission>| admission.check(&route, Priority::Low, None, source, 0.0);
+        let low = |admission: &Arc<Admission>| {
+            admission.check(&route, Priority::Low, None, source, 0.0, 1024)
+        };
         let _held = admission.acquire(Priority::High).await.unwrap();
         let claim = low(&admission).expect("one slot free");
         assert!(matches!(
@@ -626,24 +642,24 @@ mod tests {
         let trusted: IpAddr = "192.0.2.7".parse().unwrap();
         assert!(
             admission
-                .check(&route, Priority::High, rate, outsider, 0.0)
+                .check(&route, Priority::High, rate, outsider, 0.0, 1024)
                 .is_ok()
         );
         assert!(matches!(
-            admission.check(&route, Priority::High, rate, outsider, 0.0),
+            admission.check(&route, Priority::High, rate, outsider, 0.0, 1024),
             Err(Refusal::RateLimited(_))
         ));
         for _ in 0..5 {
             assert!(
                 admission
-                    .check(&route, Priority::High, rate, trusted, 0.0)
+                    .check(&route, Priority::High, rate, trusted, 0.0, 1024)
                     .is_ok()
             );
         }
         let off = Admission::new(settings(false), AdmissionMetrics::default(), None);
         for _ in 0..5 {
             assert!(
-                off.check(&route, Priority::Low, rate, outsider, 1.0)
+                off.check(&route, Priority::Low, rate, outsider, 1.0, 1024)
                     .is_ok()
             );
         }

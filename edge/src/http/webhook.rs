@@ -18,7 +18,7 @@ use super::app::{App, RouteEntry};
 use super::body::ResponseBody;
 use super::keep_alive::RequestBody;
 use crate::admission::ledger::ShedEntry;
-use crate::admission::{BodyClaim, BodyHold, Refusal};
+use crate::admission::{BodyClaim, Refusal};
 use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
 use crate::conn_limits::ConnUsage;
@@ -102,11 +102,10 @@ async fn handle_route(
             .headers
             .get(EARLY_DATA_HEADER)
             .is_some_and(|v| v == "1");
-    let (claim, _body_room, mut verification) =
-        match before_body(app, entry, arrival, parts, early, body) {
-            Ok(admitted) => admitted,
-            Err(response) => return response,
-        };
+    let (claim, mut verification) = match before_body(app, entry, arrival, parts, early, body) {
+        Ok(admitted) => admitted,
+        Err(response) => return response,
+    };
     let received_ms = unix_ms();
     // The MACs are taken as the body arrives: a large body costs its work in small
     // steps over the upload, and nothing is left for a second pass.
@@ -176,8 +175,7 @@ async fn handle_route(
 /// What is decided before a byte of the body is read: method, 0-RTT policy, declared
 /// size, the signature headers, shedding (which costs the sender one round trip and us
 /// nothing here) and room in the body budget. A request let in holds a claim on a slot
-/// while its body is read, room for its body until it is answered, and its
-/// verification in progress.
+/// and room for its body while its body is read, and its verification in progress.
 // The answer is moved once, to the caller that sends it: boxing would cost a refusal an
 // allocation.
 #[allow(clippy::result_large_err)]
@@ -188,7 +186,7 @@ fn before_body(
     parts: &http::request::Parts,
     early: bool,
     body: &RequestBody,
-) -> Result<(BodyClaim, BodyHold, Verification), Response<ResponseBody>> {
+) -> Result<(BodyClaim, Verification), Response<ResponseBody>> {
     let route = &entry.route;
     if parts.method != Method::POST {
         let mut response = json(
@@ -210,6 +208,12 @@ fn before_body(
         .verifier
         .start(&parts.headers)
         .map_err(|e| unverified(app, entry, e))?;
+    // The most the body can be: its declared length, else the route's limit.
+    let most = body
+        .size_hint()
+        .upper()
+        .unwrap_or(route.max_body)
+        .min(route.max_body);
     let claim = app
         .admission
         .check(
@@ -218,19 +222,10 @@ fn before_body(
             route.rate_limit,
             arrival.source,
             app.spool.fill(),
+            most,
         )
         .map_err(|refusal| refused(app, entry, &parts.headers, refusal))?;
-    // The most the body can be: its declared length, else the route's limit.
-    let most = body
-        .size_hint()
-        .upper()
-        .unwrap_or(route.max_body)
-        .min(route.max_body);
-    let room = app
-        .admission
-        .hold_body(arrival.source, route.priority, most)
-        .map_err(|refusal| refused(app, entry, &parts.headers, refusal))?;
-    Ok((claim, room, verification))
+    Ok((claim, verification))
 }
 
 /// 401: the signature headers are missing or malformed, or no signature matches.
