@@ -20,9 +20,9 @@ pub(crate) struct RecentIds {
     seq_by_id: HashMap<Arc<str>, u64>,
     /// How many keys in the window carry each unsigned provider id.
     keys_by_unsigned_id: HashMap<Arc<str>, u32>,
-    /// For each signature beside an unsigned id in the window: the sequence number of
-    /// the first key that carried it, and how many keys carry it.
-    by_mac: HashMap<Arc<str>, (u64, u32)>,
+    /// For each signature beside an unsigned id in the window (its 128 bits): the
+    /// sequence number of the first key that carried it, and how many keys carry it.
+    by_mac: HashMap<u128, (u64, u32)>,
 }
 
 impl RecentIds {
@@ -61,11 +61,11 @@ impl RecentIds {
     /// Where `key` is new but a key in the window carries the same signed body under
     /// another unsigned id: the sequence number that body is durable under.
     pub(crate) fn replay_of(&self, key: &str) -> Option<u64> {
-        let mac = mac_of_key(key)?;
+        let mac = mac_bits(key)?;
         if self.seq_by_id.contains_key(key) {
             return None;
         }
-        self.by_mac.get(mac).map(|&(seq, _)| seq)
+        self.by_mac.get(&mac).map(|&(seq, _)| seq)
     }
 
     pub(crate) fn insert(&mut self, id: &str, seq: u64) {
@@ -83,8 +83,8 @@ impl RecentIds {
                 .entry(Arc::from(unsigned_id))
                 .or_default() += 1;
         }
-        if let Some(mac) = mac_of_key(&key) {
-            self.by_mac.entry(Arc::from(mac)).or_insert((seq, 0)).1 += 1;
+        if let Some(mac) = mac_bits(&key) {
+            self.by_mac.entry(mac).or_insert((seq, 0)).1 += 1;
         }
         self.order.push_back(Arc::clone(&key));
         self.seq_by_id.insert(key, seq);
@@ -104,12 +104,12 @@ impl RecentIds {
                 self.keys_by_unsigned_id.remove(unsigned_id);
             }
         }
-        if let Some(mac) = mac_of_key(&oldest)
-            && let Some((_, keys)) = self.by_mac.get_mut(mac)
+        if let Some(mac) = mac_bits(&oldest)
+            && let Some((_, keys)) = self.by_mac.get_mut(&mac)
         {
             *keys -= 1;
             if *keys == 0 {
-                self.by_mac.remove(mac);
+                self.by_mac.remove(&mac);
             }
         }
     }
@@ -118,6 +118,11 @@ impl RecentIds {
     fn len(&self) -> usize {
         self.order.len()
     }
+}
+
+/// The signature beside an unsigned id in `key`, as a number (no allocation to keep it).
+fn mac_bits(key: &str) -> Option<u128> {
+    u128::from_str_radix(mac_of_key(key)?, 16).ok()
 }
 
 #[cfg(test)]
