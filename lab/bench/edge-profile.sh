@@ -17,7 +17,6 @@ EDGE_PORT=18463 ADMIN_PORT=19200 CONNS=64 DURATION=$((2 * PERF_SECONDS + 3))s
 bench_prepare profile
 bench_identity "$work"
 bench_edge_yaml ""
-bench_bodies "$work/bodies.tsv" bench-secret
 
 bench_pin
 "${server_cpu[@]}" "$EDGE" run --config "$work/edge.yaml" 2>"$work/edge.log" &

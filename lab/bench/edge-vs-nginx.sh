@@ -32,27 +32,8 @@ bench_identity "$work"
 
 bench_edge_yaml ", max_batch_delay: ${BATCH_DELAY:-1ms}"
 
-mkdir -p "$work/nginx"
-cat > "$work/nginx.conf" <<CONF
-worker_processes $nginx_workers;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $work/nginx;
-    keepalive_requests 1000000;
-    server {
-        listen 127.0.0.1:$NGINX_PORT ssl;
-        ssl_protocols TLSv1.3;
-        ssl_certificate $work/cert.pem;
-        ssl_certificate_key $work/key.pem;
-        location / { return 202; }
-    }
-}
-CONF
+bench_nginx_conf "$nginx_workers"
 
-bench_bodies "$work/bodies.tsv" bench-secret
 
 "${server_cpu[@]}" target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!

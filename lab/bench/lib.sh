@@ -25,17 +25,52 @@ ${2:-}
 YAML
 }
 
-# bench_bodies FILE SECRET: FILE gets "signature<TAB>body" lines, distinct 1 KiB GitHub
-# push bodies each with its X-Hub-Signature-256 under SECRET: 70,000 a wrk thread
-# (THREADS), more than a route's de-duplication window (65,536), so that each request
-# is a distinct delivery however long the run (github.lua).
+# bench_nginx_conf WORKERS: $work/nginx.conf, nginx answering `return 202;` over TLS 1.3
+# on $NGINX_PORT with bench_identity's certificate, keep-alive without a request limit.
+bench_nginx_conf() {
+    mkdir -p "$work/nginx"
+    cat > "$work/nginx.conf" <<CONF
+worker_processes $1;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$NGINX_PORT ssl;
+        ssl_protocols TLSv1.3;
+        ssl_certificate $work/cert.pem;
+        ssl_certificate_key $work/key.pem;
+        location / { return 202; }
+    }
+}
+CONF
+}
+
+# cpu_ticks PID...: user + system CPU of the processes so far, in clock ticks
+# (/proc/PID/stat fields 14 and 15; getconf CLK_TCK a second).
+cpu_ticks() {
+    local pid total=0
+    for pid in "$@"; do
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+
+# bench_bodies FILE SECRET [SALT]: FILE gets "signature<TAB>body" lines, distinct 1 KiB
+# GitHub push bodies (SALT makes them differ from another call's) each with its
+# X-Hub-Signature-256 under SECRET: 70,000 a wrk thread (THREADS), more than a route's
+# de-duplication window (65,536), so that each request is a distinct delivery however
+# long the run (github.lua).
 bench_bodies() {
-    python3 - "$1" "$2" "$((70000 * ${THREADS:-2}))" <<'PY'
+    python3 - "$1" "$2" "$((70000 * ${THREADS:-2}))" "${3:-}" <<'PY'
 import hashlib, hmac, json, sys
-path, secret, count = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+path, secret, count, salt = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3]), sys.argv[4]
 with open(path, "w") as out:
     for i in range(count):
-        body = {"ref": "refs/heads/main", "after": f"{i:040x}", "repository": {"full_name": "acme/webhooks"}, "pusher": {"name": "bench"}}
+        body = {"ref": "refs/heads/main", "after": f"{salt}{i:040x}", "repository": {"full_name": "acme/webhooks"}, "pusher": {"name": "bench"}}
         body["padding"] = "x" * (1024 - len(json.dumps({**body, "padding": ""})))
         text = json.dumps(body)
         sig = hmac.new(secret, text.encode(), hashlib.sha256).hexdigest()
@@ -61,12 +96,16 @@ bench_cleanup() {
 }
 
 # bench_wrk LABEL URL: one wrk run (THREADS, CONNS, DURATION) of distinct signed GitHub
-# deliveries ($work/bodies.tsv from bench_bodies; REPLAY=1: one body under fresh ids);
+# deliveries (a pool of bodies of its own from bench_bodies; REPLAY=1: one body under
+# fresh ids);
 # prints "LABEL rps=.. p50_us=.. ..". wrk runs under the command in the array client_cpu
-# if it is set (e.g. taskset -c 1).
+# if it is set (e.g. taskset -c 1), with the extra options in the array wrk_args.
 bench_wrk() {
-    BODIES="$work/bodies.tsv" THREADS="${THREADS:-2}" RUN="$1-$RANDOM$RANDOM" \
-        ${client_cpu[@]+"${client_cpu[@]}"} wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" -s lab/bench/github.lua "$2" \
+    local run="$1-$RANDOM$RANDOM"
+    bench_bodies "$work/bodies.tsv" bench-secret "$run"
+    BODIES="$work/bodies.tsv" THREADS="${THREADS:-2}" RUN="$run" \
+        ${client_cpu[@]+"${client_cpu[@]}"} wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" \
+        ${wrk_args[@]+"${wrk_args[@]}"} -s lab/bench/github.lua "$2" \
         | grep '^RESULT' | sed "s/^RESULT/$1/"
 }
 

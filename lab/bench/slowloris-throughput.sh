@@ -18,7 +18,6 @@ bench_prepare slowloris
 bench_identity "$work"
 bench_edge_yaml "" "http: { header_timeout: 60s }
 connections: { max: 20000, per_source: 5000 }"
-bench_bodies "$work/bodies.tsv" bench-secret
 
 target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
