@@ -27,14 +27,13 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$edge_pid/stat"; }
 bench_wrk edge "https://127.0.0.1:$EDGE_PORT/hooks/github" > "$work/wrk.txt" &
 wrk_pid=$!
 bench_pids+=("$wrk_pid")
 sleep 2
-stored0=$(bench_stored) ticks0=$(cpu_ticks)
+stored0=$(bench_stored) ticks0=$(cpu_ticks "$edge_pid")
 sleep "$PERF_SECONDS"
-stored1=$(bench_stored) ticks1=$(cpu_ticks)
+stored1=$(bench_stored) ticks1=$(cpu_ticks "$edge_pid")
 taskset -c 1 perf record -F 999 -g --call-graph dwarf,8192 -p "$edge_pid" -o "$work/perf.data" \
     -- sleep "$PERF_SECONDS" >/dev/null 2>&1
 wait "$wrk_pid"

@@ -28,12 +28,17 @@ function request()
     pick = ((tid - 1) + (n - 1) * stride) % #pool + 1
   end
   local signed = pool[pick]
-  return wrk.format("POST", "/hooks/github", {
+  local headers = {
     ["Content-Type"] = "application/json",
     ["X-GitHub-Event"] = "push",
     ["X-GitHub-Delivery"] = run .. "-" .. tid .. "-" .. n,
     ["X-Hub-Signature-256"] = signed[1],
-  }, signed[2])
+  }
+  -- wrk.format takes these headers instead of -H's: add those (e.g. Connection: close).
+  for name, value in pairs(wrk.headers) do
+    headers[name] = value
+  end
+  return wrk.format("POST", "/hooks/github", headers, signed[2])
 end
 
 function done(summary, latency, requests)
