@@ -545,12 +545,16 @@ impl RouterWatch {
             let watching = std::sync::Arc::clone(&watching);
             std::thread::spawn(move || {
                 let mut samples = Vec::new();
-                while watching.load(Ordering::Relaxed) {
-                    let hops = router_next_hops();
-                    samples.push((now_ms(), hops));
+                // One sample after `stop`: what the caller just waited for (say two
+                // paths) is then in the log even if it came between two samples.
+                loop {
+                    let stopping = !watching.load(Ordering::Relaxed);
+                    samples.push((now_ms(), router_next_hops()));
+                    if stopping {
+                        break samples;
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                samples
             })
         };
         RouterWatch { watching, sampler }
