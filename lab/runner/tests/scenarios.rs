@@ -613,7 +613,7 @@ fn undrain_resilient_ecmp(lab: &LabCli) {
 /// Takes pop-b out of the router's ECMP set (its session at the router disabled: the
 /// same change at the router as a drain, without feeding the agent's flap dampening,
 /// which four drains in a minute would trip), starts 40 keep-alive flows (all on
-/// pop-a), brings pop-b back 3 s later and keeps sending 7 s more; returns the webhooks
+/// pop-a), brings pop-b back 3 s later and keeps sending until 12 s; returns the webhooks
 /// that failed (each a reset flow: the sender reconnects after one) and all that were
 /// sent.
 fn pop_b_returns_under_kept_alive_load(lab: &LabCli, prefix: &str) -> (usize, usize) {
@@ -631,10 +631,12 @@ fn pop_b_returns_under_kept_alive_load(lab: &LabCli, prefix: &str) -> (usize, us
     };
     session("disable");
     lab.wait_next_hops_exactly(&[POP_A_ADDR], Duration::from_secs(10));
-    let load = lab.load_kept_alive(prefix, 50, 40, Duration::from_secs(10));
+    let load = lab.load_kept_alive(prefix, 50, 40, Duration::from_secs(12));
     std::thread::sleep(Duration::from_secs(3));
     session("enable");
-    lab.wait_next_hops(2, Duration::from_secs(5));
+    // pop-b's BIRD waits out its error wait (1 s, doubling to 5 s over these returns in
+    // a row) before the session is up again.
+    lab.wait_next_hops(2, Duration::from_secs(9));
     let outcomes = load.finish(lab);
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.acked()).collect();
     assert!(
