@@ -181,6 +181,19 @@ fn print_inspection(found: &edge::spool::Inspection) -> std::io::Result<()> {
         });
         print_line(&line.to_string())?;
     }
+    for (segment, offset, seq) in &found.repairable {
+        print_line(
+            &serde_json::json!({ "repairable": segment.display().to_string(), "offset": offset, "seq": seq })
+                .to_string(),
+        )?;
+    }
+    for seqs in &found.missing {
+        lost += seqs.end() - seqs.start() + 1;
+        print_line(
+            &serde_json::json!({ "missing_from": seqs.start(), "missing_to": seqs.end() })
+                .to_string(),
+        )?;
+    }
     if let Some((segment, offset, bytes)) = &found.open_tail {
         print_line(&serde_json::json!({ "open_tail": segment.display().to_string(), "offset": offset, "bytes": bytes }).to_string())?;
     }
@@ -197,11 +210,13 @@ fn print_inspection(found: &edge::spool::Inspection) -> std::io::Result<()> {
         )?;
     }
     eprintln!(
-        "{} segments, {} whole records, {} damaged regions ({lost} records lost), {} unreadable segments, {} files in quarantine",
+        "{} segments, {} whole records, {} damaged regions, {} unreadable segments, {} ranges in no segment ({lost} records lost), {} frame lengths to repair, {} files in quarantine",
         found.segments,
         found.records,
         found.damaged.len(),
         found.unreadable.len(),
+        found.missing.len(),
+        found.repairable.len(),
         found.quarantined.len()
     );
     Ok(())

@@ -6,10 +6,10 @@ use std::io;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use super::quarantine;
 use super::record::{FrameError, Record};
 use super::scan::{Damage, highest_seq_named, named_without_header, scan_segment};
 use super::segments::list_segments;
+use super::{checkpoint, quarantine};
 
 /// Every whole record in the spool directory, oldest first.
 pub fn dump(dir: &Path) -> io::Result<Vec<Record>> {
@@ -39,8 +39,16 @@ pub struct Inspection {
     pub unreadable: Vec<UnreadableSegment>,
     /// Segments whose header is damaged but whose seed was found again from the frames.
     pub recovered_headers: Vec<PathBuf>,
-    /// Bytes after the newest segment's last record that are no whole record: a write
-    /// in progress while the edge runs, a tail recovery cuts after a crash. Not damage.
+    /// Frames whose length field is damaged, read whole at their payload's own length
+    /// (recovery writes it back): the segment, the frame's offset and its record's
+    /// sequence number.
+    pub repairable: Vec<(PathBuf, usize, u64)>,
+    /// Sequence numbers no segment holds though segments after them do: a segment file
+    /// gone.
+    pub missing: Vec<RangeInclusive<u64>>,
+    /// Bytes after the newest segment's last record that are the end of a write that
+    /// never finished: a write in progress while the edge runs, a tail recovery cuts (and
+    /// keeps in quarantine) after a crash. Not damage.
     pub open_tail: Option<(PathBuf, usize, usize)>,
     /// The newest segment, and the sequence number of its last whole record.
     pub newest: Option<(PathBuf, Option<u64>)>,
@@ -86,6 +94,8 @@ impl Inspection {
         !self.damaged.is_empty()
             || !self.unreadable.is_empty()
             || !self.recovered_headers.is_empty()
+            || !self.repairable.is_empty()
+            || !self.missing.is_empty()
     }
 }
 
@@ -96,19 +106,27 @@ pub fn inspect(dir: &Path) -> io::Result<Inspection> {
         ..Default::default()
     };
     let segments = list_segments(dir)?;
+    // The first number not yet seen held by a segment: a segment starting after it
+    // means the numbers between are in no file.
+    let mut expected = checkpoint::read(dir)?.unwrap_or(0) + 1;
     for (index, (first, path)) in segments.iter().enumerate() {
+        if *first > expected {
+            found.missing.push(expected..=first - 1);
+        }
         let next_first = segments.get(index + 1).map(|(next, _)| *next);
         let bytes = std::fs::read(path)?;
         let scan = scan_segment(&bytes);
         found.segments += 1;
         if let Err(error) = scan.format {
+            let lost = *first..=match next_first {
+                Some(next) => next.saturating_sub(1).max(*first),
+                None => highest_seq_named(&bytes, *first).unwrap_or(*first),
+            };
+            expected = expected.max(lost.end() + 1);
             found.unreadable.push(UnreadableSegment {
                 segment: path.clone(),
                 why: error.to_string(),
-                lost: *first..=match next_first {
-                    Some(next) => next.saturating_sub(1).max(*first),
-                    None => highest_seq_named(&bytes, *first).unwrap_or(*first),
-                },
+                lost,
                 named: named_without_header(&bytes),
             });
             continue;
@@ -116,6 +134,15 @@ pub fn inspect(dir: &Path) -> io::Result<Inspection> {
         found.records += scan.records.len() as u64;
         if scan.header_recovered {
             found.recovered_headers.push(path.clone());
+        }
+        found.repairable.extend(
+            scan.records
+                .iter()
+                .filter(|scanned| scanned.repaired)
+                .map(|scanned| (path.clone(), scanned.offset, scanned.record.seq)),
+        );
+        if let Some(last) = scan.records.last() {
+            expected = expected.max(last.record.seq + 1);
         }
         let region = |damage: &Damage| DamagedRegion {
             segment: path.clone(),
@@ -127,8 +154,22 @@ pub fn inspect(dir: &Path) -> io::Result<Inspection> {
         };
         found.damaged.extend(scan.damaged.iter().map(region));
         match &scan.tail {
-            Some(tail) if next_first.is_some() => found.damaged.push(region(tail)),
-            Some(tail) => found.open_tail = Some((path.clone(), tail.offset, tail.len)),
+            Some(tail) if let Some(next) = next_first => {
+                expected = expected.max(next);
+                found.damaged.push(region(tail));
+            }
+            Some(tail) if tail.unfinished => {
+                found.open_tail = Some((path.clone(), tail.offset, tail.len));
+            }
+            // Written whole, so maybe acknowledged: lost, up to what it may have held.
+            Some(tail) => {
+                let lost_to = tail.last_seq_held(*first);
+                expected = expected.max(lost_to + 1);
+                found.damaged.push(DamagedRegion {
+                    lost: lost_seqs(*first, tail, Some(lost_to + 1)),
+                    ..region(tail)
+                });
+            }
             None => {}
         }
         if next_first.is_none() {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::metrics::SpoolMetrics;
-use super::record::{FRAME_HEADER_LEN, Record, SegmentFormat, decode_frame, frame_len};
+use super::record::{
+    FRAME_HEADER_LEN, Record, SegmentFormat, decode_by_payload, decode_frame, frame_len,
+};
 use super::scan::resume_after;
 use super::segments::{list_segments, segment_path};
 use super::shared::Shared;
@@ -93,11 +95,19 @@ impl SpoolReader {
             let mut offset = offset;
             let mut caught_up = false;
             while batch.records.len() < max && offset + FRAME_HEADER_LEN as u64 <= end {
-                let whole = read_frame(&mut reading, offset, end, &format)?;
-                let Some((record, len)) = whole else {
-                    offset = self.skip_damage(&path, first, offset, end, &format)?;
-                    reading.seek(SeekFrom::Start(offset))?;
-                    continue;
+                let (record, len) = match read_frame(&mut reading, offset, end, &format)? {
+                    Some(whole) => whole,
+                    None => match self.damaged_frame(&path, first, offset, end, &format)? {
+                        AfterDamage::Repaired(record, len) => {
+                            reading.seek(SeekFrom::Start(offset + len))?;
+                            (record, len)
+                        }
+                        AfterDamage::ResumeAt(at) => {
+                            offset = at;
+                            reading.seek(SeekFrom::Start(offset))?;
+                            continue;
+                        }
+                    },
                 };
                 if record.seq > durable {
                     caught_up = true;
@@ -113,7 +123,16 @@ impl SpoolReader {
                 }
             }
             self.position = Some((first, offset, format));
-            if caught_up || batch.records.len() >= max || first == active_first {
+            if caught_up || batch.records.len() >= max {
+                break;
+            }
+            if first == active_first {
+                // Read to the durable end, which was published before `durable`: numbers
+                // up to it that no frame holds were lost (a damaged tail cut at start-up).
+                if offset + FRAME_HEADER_LEN as u64 > end && self.next_seq <= durable {
+                    self.lost(batch, self.next_seq..=durable);
+                    self.next_seq = durable + 1;
+                }
                 break;
             }
             // A sealed segment read to its end: on to the next one.
@@ -125,27 +144,32 @@ impl SpoolReader {
         Ok(())
     }
 
-    /// Skips the damaged frame at `offset` to where whole frames resume (or the end of
-    /// what is durable); counts and logs the region. Returns where reading goes on.
-    fn skip_damage(
+    /// The frame at `offset` failed its check: read at its payload's own length when only
+    /// its length field is damaged, else skipped to where whole frames resume (or the end
+    /// of what is durable), the region counted and logged.
+    fn damaged_frame(
         &self,
         path: &std::path::Path,
         first: u64,
         offset: u64,
         end: u64,
         format: &SegmentFormat,
-    ) -> io::Result<u64> {
+    ) -> io::Result<AfterDamage> {
         let mut rest = vec![0u8; (end - offset) as usize];
         let mut file = File::open(path)?;
         file.seek(SeekFrom::Start(offset))?;
         file.read_exact(&mut rest)?;
+        if let Some((record, len)) = decode_by_payload(&rest, format) {
+            tracing::error!(segment = %path.display(), offset, seq = record.seq, "spool frame's length field damaged: read at its payload's own length, which its check confirms; no record lost");
+            return Ok(AfterDamage::Repaired(record.to_owned_record(), len as u64));
+        }
         let last = self.next_seq.checked_sub(1).filter(|&seq| seq >= first);
         let resume =
             resume_after(&rest, 0, rest.len(), last, format).map_or(rest.len(), |(at, _)| at);
         self.metrics.damaged_bytes.inc_by(resume as u64);
         self.shared.mark_damaged(first);
         tracing::error!(segment = %path.display(), offset, bytes = resume, "spool region damaged: skipped; the records in it are lost and counted, delivery goes on");
-        Ok(offset + resume as u64)
+        Ok(AfterDamage::ResumeAt(offset + resume as u64))
     }
 
     /// Accounts for sequence numbers that will never be returned.
@@ -204,6 +228,14 @@ impl SpoolReader {
             }
         }
     }
+}
+
+/// What reading goes on with after a frame that failed its check.
+enum AfterDamage {
+    /// The frame, read at its payload's own length, and that length.
+    Repaired(Record, u64),
+    /// Where whole frames resume.
+    ResumeAt(u64),
 }
 
 /// The whole frame at `offset`, or `None` when it fails its check (or overruns `end`).

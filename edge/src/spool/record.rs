@@ -426,6 +426,53 @@ pub fn decode_frame<'a>(
     Ok((record, total))
 }
 
+/// Decodes the frame at the start of `buf` with the length its payload's own fields give
+/// rather than the length its header stores: for a frame whose length field is damaged.
+/// The check covers the length as written, so a match is the frame as it was written
+/// (and no other length can match: a payload decodes only at its own length).
+pub fn decode_by_payload<'a>(
+    buf: &'a [u8],
+    format: &SegmentFormat,
+) -> Option<(RecordView<'a>, usize)> {
+    let crc = u32::from_le_bytes(buf.get(4..FRAME_HEADER_LEN)?.try_into().ok()?);
+    let rest = &buf[FRAME_HEADER_LEN..];
+    let (record, len) = parse_payload(rest).ok()?;
+    (len <= MAX_PAYLOAD_LEN && format.crc(&rest[..len]) == crc)
+        .then_some((record, FRAME_HEADER_LEN + len))
+}
+
+/// Whether the frame at the start of `written` (a segment's bytes from the frame to the
+/// end of what was written) is the end of a write that never finished rather than damage
+/// to a frame that was written whole: its header never written, or it runs past the
+/// written bytes by its stored length and by its payload's own fields alike, or it holds
+/// a sector never written (pages of one write reach the disk in any order). A write is
+/// acknowledged only after its fdatasync returned, so such a frame was never
+/// acknowledged; a frame written whole that fails its check may have been.
+pub fn is_unfinished_write(written: &[u8]) -> bool {
+    let Some(header) = written.first_chunk::<FRAME_HEADER_LEN>() else {
+        return true;
+    };
+    if is_unwritten(header) {
+        return true;
+    }
+    let stored = FRAME_HEADER_LEN
+        + u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let by_fields =
+        parse_payload(&written[FRAME_HEADER_LEN..]).map(|(_, len)| FRAME_HEADER_LEN + len);
+    let runs_past = stored > written.len() && by_fields.is_err();
+    runs_past || holds_unwritten_sector(&written[FRAME_HEADER_LEN..stored.min(written.len())])
+}
+
+/// Whether `bytes` hold a run of zeros as long as a sector: the mark a sector of a torn
+/// write leaves when it never reached a preallocated file.
+fn holds_unwritten_sector(bytes: &[u8]) -> bool {
+    let mut zeros = 0;
+    bytes.iter().any(|&b| {
+        zeros = if b == 0 { zeros + 1 } else { 0 };
+        zeros >= SECTOR
+    })
+}
+
 /// What a damaged frame still says, unchecked: its sequence number and event id when the
 /// damage spared them. For naming what was lost, never for delivering it.
 pub fn salvage(buf: &[u8]) -> Option<(u64, String)> {
@@ -465,6 +512,9 @@ pub fn may_start_frame(buf: &[u8], after: Option<u64>) -> bool {
     after.is_none_or(|after| seq > after)
 }
 
+/// The unit a disk writes whole: a torn write leaves whole sectors unwritten.
+const SECTOR: usize = 512;
+
 /// The smallest payload a record encodes to: version, seq, time, flags, three empty
 /// strings, no headers, an empty body.
 const MIN_PAYLOAD_LEN: usize = 1 + 8 + 8 + 1 + 3 * 2 + 2 + 4;
@@ -472,8 +522,18 @@ const MIN_PAYLOAD_LEN: usize = 1 + 8 + 8 + 1 + 3 * 2 + 2 + 4;
 /// Only what version 1 writes decodes: every byte of a frame has one meaning, so a
 /// record re-encodes to exactly the bytes it came from.
 fn decode_payload(payload: &[u8]) -> Result<RecordView<'_>, &'static str> {
+    let (record, used) = parse_payload(payload)?;
+    if used != payload.len() {
+        return Err("bytes after the body");
+    }
+    Ok(record)
+}
+
+/// Reads a payload's fields from the start of `bytes`; returns the record and how many
+/// bytes its fields say it has (its own length, whatever the frame header claims).
+fn parse_payload(bytes: &[u8]) -> Result<(RecordView<'_>, usize), &'static str> {
     const OVERRUN: &str = "fields overrun the frame";
-    let mut r = Cursor(payload);
+    let mut r = Cursor(bytes);
     if r.u8().ok_or(OVERRUN)? != VERSION {
         return Err("unknown version");
     }
@@ -493,10 +553,7 @@ fn decode_payload(payload: &[u8]) -> Result<RecordView<'_>, &'static str> {
     }
     let body_len = r.u32().ok_or(OVERRUN)? as usize;
     let body = r.take(body_len).ok_or(OVERRUN)?;
-    if !r.0.is_empty() {
-        return Err("bytes after the body");
-    }
-    Ok(RecordView {
+    let record = RecordView {
         seq,
         received_ms,
         early: flags & FLAG_EARLY != 0,
@@ -505,7 +562,8 @@ fn decode_payload(payload: &[u8]) -> Result<RecordView<'_>, &'static str> {
         event_id,
         headers,
         body,
-    })
+    };
+    Ok((record, bytes.len() - r.0.len()))
 }
 
 fn put16(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), FieldTooLarge> {

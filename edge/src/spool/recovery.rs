@@ -1,12 +1,16 @@
 //! Opening the spool after a start or a crash: take the directory lock, read every
-//! segment back, cut a torn tail off the newest one, keep every whole record before and
-//! after damage, move unreadable segments to `quarantine/`, drop delivered segments, and
+//! segment back, write back frame lengths found damaged (the frames' checks confirm the
+//! repair), cut a tail off the newest one, keep every whole record before and after
+//! damage, move unreadable segments to `quarantine/`, drop delivered segments, and
 //! rebuild the de-duplication windows from what is on disk.
 //!
 //! Nothing undelivered is deleted: a segment goes only once the next one starts at or
 //! below the checkpoint (segments hold consecutive sequence numbers, named by the
-//! first), and one that held damage goes to `quarantine/` instead. Bytes cut off the
-//! newest segment that were a whole but damaged frame go there too.
+//! first), and one that held damage goes to `quarantine/` instead. A tail is cut off the
+//! newest segment only after its bytes are in `quarantine/`: a write that never finished
+//! (never acknowledged) says so there; a frame written whole but failing its check may
+//! have been acknowledged, so its records are named, logged as lost and counted (their
+//! sequence numbers are not reused: the reader reports them lost).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -18,8 +22,8 @@ use nix::fcntl::{Flock, FlockArg};
 
 use super::lag::LagBytes;
 use super::recent_ids::RecentIds;
-use super::record::{FrameError, HeaderError, SegmentFormat};
-use super::scan::{Damage, highest_seq_named, scan_segment};
+use super::record::{FRAME_HEADER_LEN, FrameError, HeaderError, SegmentFormat};
+use super::scan::{Damage, Scanned, highest_seq_named, scan_segment};
 use super::segments::{list_segments, new_segment_format, segment_path};
 use super::{checkpoint, quarantine};
 use crate::config::SpoolSettings;
@@ -35,8 +39,10 @@ pub struct RecoveryReport {
     pub checkpoint: u64,
     /// The next append's sequence number.
     pub next_seq: u64,
-    /// Torn tails cut off (writes that never finished).
+    /// Tails cut off the newest segment (kept in `quarantine/`).
     pub cut: Vec<CutTail>,
+    /// Frames whose damaged length field was written back from their payload.
+    pub repaired: usize,
     /// Damaged regions kept in place (the records around them are read).
     pub damaged: usize,
     /// Segments moved to `quarantine/`, unreadable.
@@ -51,6 +57,8 @@ pub struct CutTail {
     pub offset: usize,
     pub bytes: usize,
     pub reason: FrameError,
+    /// A write that never finished, rather than damage to a frame written whole.
+    pub unfinished: bool,
 }
 
 #[derive(Debug)]
@@ -186,6 +194,7 @@ impl Replay {
             }
             self.last_seq = self.last_seq.max(record.seq);
         }
+        self.repair_lengths(path, &scan.records)?;
         self.report.records += scan.records.len() as u64;
         for damage in &scan.damaged {
             log_damage(path, first, damage);
@@ -195,17 +204,22 @@ impl Replay {
         let mut kept = scan.end;
         match &scan.tail {
             Some(tail) if is_last => {
-                if tail.error != FrameError::Torn {
-                    self.keep_cut_bytes(path, &bytes[tail.offset..tail.offset + tail.len], tail)?;
-                }
+                self.keep_cut_bytes(path, &bytes[tail.offset..tail.offset + tail.len], tail)?;
                 cut_tail(path, scan.end, format)?;
                 let cut = CutTail {
                     path: path.to_owned(),
                     offset: tail.offset,
                     bytes: bytes.len() - scan.end,
                     reason: tail.error,
+                    unfinished: tail.unfinished,
                 };
-                tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut an incomplete tail");
+                if tail.unfinished {
+                    tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut a write that never finished (never acknowledged); its bytes are in quarantine");
+                } else {
+                    log_damage(path, first, tail);
+                    self.report.damaged += 1;
+                    self.last_seq = self.last_seq.max(tail.last_seq_held(first));
+                }
                 self.report.cut.push(cut);
             }
             Some(tail) => {
@@ -238,7 +252,30 @@ impl Replay {
         Ok(())
     }
 
-    /// Keeps bytes about to be cut off the newest segment that were a whole frame.
+    /// Writes back the stored length of each record read at its payload's own length, so
+    /// that every later reader finds its frame whole.
+    fn repair_lengths(&mut self, path: &Path, records: &[Scanned<'_>]) -> anyhow::Result<()> {
+        let repaired: Vec<&Scanned<'_>> = records.iter().filter(|r| r.repaired).collect();
+        if repaired.is_empty() {
+            return Ok(());
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .with_context(|| format!("repairing {}", path.display()))?;
+        for scanned in &repaired {
+            let payload_len = (scanned.len - FRAME_HEADER_LEN) as u32;
+            file.write_all_at(&payload_len.to_le_bytes(), scanned.offset as u64)
+                .with_context(|| format!("repairing {}", path.display()))?;
+            tracing::error!(segment = %path.display(), offset = scanned.offset, seq = scanned.record.seq, event_id = scanned.record.event_id, "spool frame's length field damaged: read at its payload's own length, which its check confirms, and written back; no record lost");
+        }
+        file.sync_all()
+            .with_context(|| format!("repairing {}", path.display()))?;
+        self.report.repaired += repaired.len();
+        Ok(())
+    }
+
+    /// Keeps the bytes of a tail about to be cut off the newest segment.
     fn keep_cut_bytes(&self, path: &Path, cut: &[u8], tail: &Damage) -> anyhow::Result<()> {
         let name = format!(
             "{}.tail-{}",
@@ -247,8 +284,13 @@ impl Replay {
                 .unwrap_or("segment"),
             tail.offset
         );
+        let what = if tail.unfinished {
+            "a write that never finished, so never acknowledged"
+        } else {
+            "frames written whole that fail their check: their records are lost, named here and in the log"
+        };
         let why = format!(
-            "cut off the end of {} at offset {}: {} (a write a crash cut short, or damage to the last records); names: {:?}",
+            "cut off the end of {} at offset {}: {} ({what}); names: {:?}",
             path.display(),
             tail.offset,
             tail.error,
