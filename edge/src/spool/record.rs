@@ -125,33 +125,21 @@ impl SegmentFormat {
     }
 
     /// The seed of a version 2 segment whose header is lost (both copies), found from
-    /// its frames. A frame's check is the seed shifted by the frame's length (a linear,
-    /// invertible map over GF(2)) plus the plain CRC of the frame, so any one frame
-    /// solves for the seed, and a damaged frame solves to a wrong one of its own. So a
-    /// seed is taken once a second frame confirms it (the frame chained after, or another
-    /// that solves to the same seed), or when the segment holds just one frame and zeros
-    /// after it. `None` when nothing confirms one.
+    /// its first frame. A frame's check is the seed shifted by the frame's length (a
+    /// linear, invertible map over GF(2)) plus the plain CRC of the frame, so one frame
+    /// solves for the seed, and a damaged frame solves to a wrong one of its own. Only the
+    /// frame right after the header is used: frames found further on may be ones a sender
+    /// built inside a body, under a seed of their choosing. The seed is taken when the
+    /// frame chained after it checks under it too, or when zeros follow (a segment of one
+    /// frame). `None` otherwise: the segment goes to quarantine whole.
     pub fn recover(bytes: &[u8]) -> Option<SegmentFormat> {
-        let probe_end = bytes.len().min(HEADER_V2_LEN + SEED_PROBE_BYTES);
-        let mut solved: Vec<(SegmentFormat, usize)> = Vec::new();
-        for start in (HEADER_V2_LEN..probe_end)
-            .filter(|&start| may_start_frame(&bytes[start..], None))
-            .take(SEED_PROBE_STARTS)
-        {
-            let Some((format, next)) = seed_from_frame(bytes, start) else {
-                continue;
-            };
-            if solved.iter().any(|(seen, _)| *seen == format)
-                || decode_frame(&bytes[next..], &format).is_ok()
-            {
-                return Some(format);
-            }
-            solved.push((format, next));
+        if !may_start_frame(bytes.get(HEADER_V2_LEN..)?, None) {
+            return None;
         }
-        match solved[..] {
-            [(format, next)] if bytes[next..].iter().all(|&b| b == 0) => Some(format),
-            _ => None,
-        }
+        let (format, next) = seed_from_frame(bytes, HEADER_V2_LEN)?;
+        let confirmed =
+            decode_frame(&bytes[next..], &format).is_ok() || bytes[next..].iter().all(|&b| b == 0);
+        confirmed.then_some(format)
     }
 
     /// The check of a frame with this payload.
@@ -229,10 +217,6 @@ fn mul_mod_poly(a: u32, mut b: u32) -> u32 {
 const MAGIC_V1: &[u8; 8] = b"EDGSPL01";
 const MAGIC_V2: &[u8; 8] = b"EDGSPL02";
 const HEADER_V2_LEN: usize = 8 + 2 * 8;
-/// Seed recovery looks for frames this far into a segment, and tries this many places
-/// that may start one.
-const SEED_PROBE_BYTES: usize = 1 << 20;
-const SEED_PROBE_STARTS: usize = 64;
 /// CRC-32C's polynomial, reflected.
 const CRC32C_POLY: u32 = 0x82F6_3B78;
 const VERSION: u8 = 1;
@@ -798,7 +782,7 @@ pub(crate) mod tests {
     /// Both seed copies gone (a zeroed block over the header and the first records):
     /// the seed is found again from the frames after the damage.
     #[test]
-    fn a_lost_seed_is_recovered_from_the_frames() {
+    fn a_lost_seed_is_recovered_from_the_first_frame() {
         let format = SegmentFormat::seeded(0x89ab_cdef);
         let mut segment = format.header();
         for seq in 1..=6 {
@@ -807,47 +791,61 @@ pub(crate) mod tests {
             record.view().encode_frame(&format, &mut segment).unwrap();
         }
         assert_eq!(SegmentFormat::recover(&segment), Some(format));
-        segment[..700].fill(0);
+        segment[..HEADER_V2_LEN].fill(0);
         assert_eq!(SegmentFormat::read(&segment), Err(HeaderError::Unreadable));
         assert_eq!(SegmentFormat::recover(&segment), Some(format));
         assert_eq!(SegmentFormat::recover(&[0; 100]), None);
+        // The first frame gone too: no frame further on is trusted with the seed.
+        segment[..700].fill(0);
+        assert_eq!(SegmentFormat::recover(&segment), None);
     }
 
-    /// A damaged frame solves to a wrong seed of its own; zeros where the next frame
-    /// should start (a zeroed block, with records after it) must not confirm that seed.
+    /// The first frame damaged: it solves to a wrong seed of its own, which the frame
+    /// after it does not confirm.
     #[test]
-    fn a_damaged_frame_before_a_zeroed_block_does_not_give_the_seed() {
+    fn a_damaged_first_frame_does_not_give_a_seed() {
         let format = SegmentFormat::seeded(0x0bad_5eed);
         let mut segment = format.header();
-        let mut ends = Vec::new();
-        for seq in 1..=6 {
-            let mut record = sample(seq, &format!("k{seq}"));
-            record.body = vec![b'x'; 3000];
-            record.view().encode_frame(&format, &mut segment).unwrap();
-            ends.push(segment.len());
+        for seq in 1..=3 {
+            sample(seq, &format!("k{seq}"))
+                .view()
+                .encode_frame(&format, &mut segment)
+                .unwrap();
         }
-        segment[..ends[0]].fill(0);
-        segment[ends[0] + 100] ^= 0x04;
-        segment[ends[1]..ends[2]].fill(0);
-        assert_eq!(SegmentFormat::recover(&segment), Some(format));
+        segment[..HEADER_V2_LEN].fill(0);
+        segment[HEADER_V2_LEN + 30] ^= 0x04;
+        assert_eq!(SegmentFormat::recover(&segment), None);
     }
 
-    /// The last frame damaged, the preallocated zeros after it: its own wrong seed is
-    /// not taken while other frames confirm the right one.
+    /// A sender's body holding two chained frames built under a seed of their choice:
+    /// with the header and the first frame lost, their seed is not taken (their records
+    /// would be delivered as verified); the segment is unreadable instead.
     #[test]
-    fn a_damaged_last_frame_does_not_give_the_seed() {
-        let format = SegmentFormat::seeded(0x1ee7_5eed);
-        let mut segment = format.header();
-        for seq in 1..=4 {
-            let mut record = sample(seq, &format!("k{seq}"));
-            record.body = vec![b'x'; 3000];
-            record.view().encode_frame(&format, &mut segment).unwrap();
+    fn frames_inside_a_body_cannot_choose_the_seed() {
+        let format = SegmentFormat::seeded(0x600d_5eed);
+        let chosen = SegmentFormat::seeded(0x0bad_0bad);
+        let mut forged = Vec::new();
+        for seq in [7, 8] {
+            sample(seq, "forged")
+                .view()
+                .encode_frame(&chosen, &mut forged)
+                .unwrap();
         }
-        let last_body = segment.len() - 10;
-        segment[last_body] ^= 0x01;
-        segment[..100].fill(0);
-        segment.resize(segment.len() + 8192, 0);
-        assert_eq!(SegmentFormat::recover(&segment), Some(format));
+        let mut segment = format.header();
+        let mut carrier = sample(1, "carrier");
+        carrier.body = forged;
+        carrier.view().encode_frame(&format, &mut segment).unwrap();
+        sample(2, "after")
+            .view()
+            .encode_frame(&format, &mut segment)
+            .unwrap();
+        // The first sector lost: the header and the start of the carrier frame.
+        segment[..HEADER_V2_LEN + 40].fill(0);
+        assert_eq!(SegmentFormat::recover(&segment), None);
+        assert_eq!(
+            SegmentFormat::detect(&segment),
+            Err(HeaderError::Unreadable)
+        );
     }
 
     #[test]
