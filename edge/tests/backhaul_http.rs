@@ -1,6 +1,7 @@
 //! The HTTP/2 sink against an origin written here (hyper, HTTP/2 prior knowledge on a
 //! loopback port) whose answers depend on the event id: slow, 503 + Retry-After once,
-//! 400 (dead letter), 500 while "down" (circuit breaker).
+//! 400 (dead letter), 401 twice (retried: the origin's credential, not the event), 500
+//! while "down" (circuit breaker).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -77,6 +78,9 @@ impl Origin {
                 .unwrap());
         } else if id.starts_with("bad-") {
             400
+        } else if id.starts_with("unauthorized-") && attempt <= 2 {
+            // A rotated credential, fixed at the origin after two attempts.
+            401
         } else if id.starts_with("down-") && self.down.load(Ordering::SeqCst) {
             500
         } else {
@@ -192,6 +196,15 @@ async fn http_origin_retries_dead_letters_breaks_and_stays_warm() {
         0.0,
         "caught up: no bytes owed"
     );
+
+    // 401: the origin's credential, not the event: retried until the origin takes it,
+    // never a dead letter.
+    post(&edge, "unauthorized-1").await;
+    origin
+        .wait_delivered(&["unauthorized-1"], Duration::from_secs(10))
+        .await;
+    assert_eq!(origin.attempts.lock().unwrap()["unauthorized-1"].len(), 3);
+    assert_eq!(edge.metric("edge_backhaul_dead_letters_total"), 1.0);
 
     // A failing origin opens the breaker; once it recovers everything arrives.
     origin.down.store(true, Ordering::SeqCst);

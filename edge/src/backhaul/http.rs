@@ -5,8 +5,11 @@
 //!
 //! Each event is a POST of the raw body with the kept provider headers, the edge's own
 //! `Edge-*` headers (`Edge-Event-Id`: the provider's id) and `Idempotency-Key: <the
-//! event's origin key>` (route-scoped: `crate::event::origin_key`). 2xx is delivered; 408, 429 and
-//! 5xx are retried (honouring `Retry-After`); any other 4xx is refused for good.
+//! event's origin key>` (route-scoped: `crate::event::origin_key`). 2xx is delivered; an
+//! answer that refuses the event itself (400, 413, 415, 422) sends it to the dead-letter
+//! store; any other answer is the origin's problem (down, overloaded, a rotated
+//! credential, a wrong URL) and is retried, honouring `Retry-After`, so that one bad
+//! deploy at the origin does not move the whole stream out of the delivery path.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -158,7 +161,9 @@ pub(super) fn classify(
         503 => Err(retry("unavailable", status.to_string(), after)),
         408 => Err(retry("timeout", status.to_string(), after)),
         500..=599 => Err(retry("server_error", status.to_string(), after)),
-        _ => Err(DeliveryError::Rejected(format!("origin answered {status}"))),
+        400 | 413 | 415 | 422 => Err(DeliveryError::Rejected(format!("origin answered {status}"))),
+        401 | 403 | 407 => Err(retry("origin_unauthorized", status.to_string(), after)),
+        _ => Err(retry("origin_refusing", status.to_string(), after)),
     }
 }
 
@@ -319,9 +324,25 @@ mod tests {
             classify(StatusCode::BAD_REQUEST, None, now),
             Err(DeliveryError::Rejected(_))
         ));
-        assert!(matches!(
-            classify(StatusCode::NOT_FOUND, None, now),
-            Err(DeliveryError::Rejected(_))
-        ));
+        for refuses_the_event in [400, 413, 415, 422] {
+            let status = StatusCode::from_u16(refuses_the_event).unwrap();
+            assert!(
+                matches!(classify(status, None, now), Err(DeliveryError::Rejected(_))),
+                "{status}"
+            );
+        }
+        for (origins_problem, reason) in [
+            (401, "origin_unauthorized"),
+            (403, "origin_unauthorized"),
+            (404, "origin_refusing"),
+            (405, "origin_refusing"),
+            (410, "origin_refusing"),
+        ] {
+            let status = StatusCode::from_u16(origins_problem).unwrap();
+            match classify(status, None, now) {
+                Err(DeliveryError::Retry { reason: got, .. }) => assert_eq!(got, reason),
+                other => panic!("{status}: {other:?}"),
+            }
+        }
     }
 }
