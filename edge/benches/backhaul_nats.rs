@@ -268,6 +268,7 @@ fn spool_settings(dir: &std::path::Path) -> SpoolSettings {
         max_batch_delay: Duration::from_millis(1),
         high_water: 0.9,
         preallocate: false,
+        stall_timeout: Duration::from_secs(5),
         sync_delay: Duration::ZERO,
     }
 }

@@ -276,6 +276,44 @@ async fn a_stream_deleted_at_the_origin_is_made_again() {
 /// get 503 + Retry-After and /readyz fails; nothing acknowledged is lost or torn; once
 /// the origin is back the backhaul delivers, segments are deleted, and the edge takes
 /// events again by itself.
+/// A disk whose fsync does not return (here: 3 s of `sync_delay`) fails /readyz once
+/// `stall_timeout` has passed, so the agent withdraws the PoP; once the fsync returns the
+/// waiting webhook is acknowledged and the PoP is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_disk_fails_readiness_until_it_answers() {
+    let edge = Edge::start(
+        "  sync_delay: 3s
+  stall_timeout: 500ms
+",
+        "",
+    );
+    let client = client(&edge, false);
+    let id = "stalled-1";
+    let request = github_post(&client, &edge, id, body_for(id).as_bytes());
+    let sent = Instant::now();
+    let waiting = tokio::spawn(async move { request.send().await.map(|r| r.status()) });
+    while edge.readyz() != Some(503) {
+        assert!(
+            sent.elapsed() < Duration::from_millis(2500),
+            "/readyz still ready with an fsync waiting"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let unready_after = sent.elapsed();
+    let (_, why) = admin_get(edge.admin_port, "/readyz").unwrap();
+    assert!(why.contains("spool disk stalled"), "{why}");
+    assert_eq!(waiting.await.unwrap().unwrap(), 202);
+    assert_eq!(
+        edge.readyz(),
+        Some(200),
+        "ready again once the fsync returned"
+    );
+    println!(
+        "stalled disk: /readyz failed {unready_after:?} after the request (stall_timeout 500ms), 202 after {:?}",
+        sent.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
     full_spool_disk(false).await;

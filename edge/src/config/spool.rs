@@ -22,6 +22,9 @@ pub struct SpoolSettings {
     pub high_water: f64,
     /// Zero-fill the next segment ahead of need (see `spool::spare`).
     pub preallocate: bool,
+    /// A write or fsync that has not returned after this fails `/readyz`: the disk is
+    /// failing, and the PoP withdraws until it answers again.
+    pub stall_timeout: Duration,
     /// Testing only: a pause after each fsync, to rehearse a slow disk.
     pub sync_delay: Duration,
 }
@@ -44,6 +47,10 @@ pub(super) struct RawSpool {
     /// Zero-fill each segment ahead of need, so an append's fdatasync flushes data only
     /// (it costs writing every segment twice). Default false.
     preallocate: bool,
+    /// A write or fsync that has not returned after this fails `/readyz` (the PoP
+    /// withdraws) until the disk answers again. Default 5s.
+    #[serde(with = "humantime_serde")]
+    stall_timeout: Duration,
     /// Testing only: a pause after each fsync. Default 0.
     #[serde(with = "humantime_serde")]
     sync_delay: Duration,
@@ -58,6 +65,7 @@ impl Default for RawSpool {
             max_batch_delay: Duration::from_millis(1),
             high_water: 0.9,
             preallocate: false,
+            stall_timeout: Duration::from_secs(5),
             sync_delay: Duration::ZERO,
         }
     }
@@ -80,6 +88,9 @@ impl RawSpool {
         if !(0.1..=1.0).contains(&self.high_water) {
             errors.add("spool.high_water", "must be a fraction between 0.1 and 1.0");
         }
+        if !(Duration::from_millis(100)..=Duration::from_secs(600)).contains(&self.stall_timeout) {
+            errors.add("spool.stall_timeout", "must be between 100ms and 10m");
+        }
         SpoolSettings {
             dir: self.dir.unwrap_or_default(),
             max_bytes: self.max_bytes.as_u64(),
@@ -87,6 +98,7 @@ impl RawSpool {
             max_batch_delay: self.max_batch_delay,
             high_water: self.high_water,
             preallocate: self.preallocate,
+            stall_timeout: self.stall_timeout,
             sync_delay: self.sync_delay,
         }
     }

@@ -84,6 +84,10 @@ impl Spool {
             durable: Notify::new(),
             durable_end: Mutex::new(active_end(&recovered)),
             damaged_segments: Mutex::new(BTreeSet::new()),
+            io_since: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            stall_timeout: settings.stall_timeout,
+            stall_logged: AtomicBool::new(false),
         });
         let (commands, rx) = mpsc::unbounded_channel();
         let writer = writer::Writer::new(
@@ -186,7 +190,9 @@ impl Spool {
 
     /// Why the spool cannot take new events, if it cannot (for readiness).
     pub fn unready_reason(&self) -> Option<&'static str> {
-        if self.shared.failed.load(Ordering::Acquire) {
+        if self.disk_stalled() {
+            Some("spool disk stalled (a write or fsync has not returned)")
+        } else if self.shared.failed.load(Ordering::Acquire) {
             Some("spool failed (write or fsync error)")
         } else if !self.shared.has_room() {
             Some("spool disk full")
@@ -195,6 +201,26 @@ impl Spool {
         } else {
             None
         }
+    }
+
+    /// Whether the writer's write or fsync in progress has waited past
+    /// `spool.stall_timeout`; logs the start and the end of a stall once each.
+    fn disk_stalled(&self) -> bool {
+        let stalled = self.shared.stalled(std::time::Instant::now());
+        let logged = self
+            .shared
+            .stall_logged
+            .swap(stalled.is_some(), Ordering::AcqRel);
+        match stalled {
+            Some(waited) if !logged => {
+                tracing::error!(dir = %self.shared.dir.display(), waited = ?waited, "spool disk stalled: a write or fsync has not returned; failing /readyz (the PoP withdraws) until it does");
+            }
+            None if logged => {
+                tracing::info!(dir = %self.shared.dir.display(), "spool disk answers again; /readyz no longer fails for it");
+            }
+            _ => {}
+        }
+        stalled.is_some()
     }
 
     /// The spool's directory.
@@ -248,6 +274,7 @@ mod tests {
             segment_bytes: 4096,
             max_batch_delay: Duration::from_millis(1),
             high_water: 0.9,
+            stall_timeout: Duration::from_secs(5),
             sync_delay: Duration::ZERO,
             preallocate: true,
         }

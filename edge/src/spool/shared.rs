@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -36,6 +37,14 @@ pub(crate) struct Shared {
     pub(super) durable_end: Mutex<(u64, u64)>,
     /// Segments the reader found damage in: quarantined, not deleted, once delivered.
     pub(super) damaged_segments: Mutex<BTreeSet<u64>>,
+    /// When the writer's write or fsync in progress began, in ms after `epoch` plus one
+    /// (0: none in progress).
+    pub(super) io_since: AtomicU64,
+    pub(super) epoch: Instant,
+    /// An I/O in progress longer than this is a stalled disk.
+    pub(super) stall_timeout: Duration,
+    /// A stall has been logged and not yet its end.
+    pub(super) stall_logged: AtomicBool,
 }
 
 impl Shared {
@@ -45,6 +54,27 @@ impl Shared {
 
     pub(super) fn set_durable_end(&self, active_first: u64, len: u64) {
         *self.durable_end.lock() = (active_first, len);
+    }
+
+    /// The writer starts a write or fsync.
+    pub(super) fn io_started(&self, now: Instant) {
+        let since = now.saturating_duration_since(self.epoch).as_millis() as u64 + 1;
+        self.io_since.store(since, Ordering::Release);
+    }
+
+    /// The writer's write or fsync returned.
+    pub(super) fn io_done(&self) {
+        self.io_since.store(0, Ordering::Release);
+    }
+
+    /// How long the write or fsync in progress has waited, if longer than
+    /// `stall_timeout` at `now`.
+    pub(super) fn stalled(&self, now: Instant) -> Option<Duration> {
+        let since = self.io_since.load(Ordering::Acquire).checked_sub(1)?;
+        let waited = now
+            .saturating_duration_since(self.epoch)
+            .saturating_sub(Duration::from_millis(since));
+        (waited > self.stall_timeout).then_some(waited)
     }
 
     pub(super) fn mark_damaged(&self, first: u64) {

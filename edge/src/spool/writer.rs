@@ -416,16 +416,11 @@ impl Writer {
             return Ok(());
         }
         let offset = self.active_len();
-        self.active.write_all_at(buf, offset)?;
         let started = Instant::now();
-        // Whatever it says, a failed fdatasync is no full disk to wait out: the pages it
-        // was to write may be gone from the cache already, and a retry would "succeed".
-        self.active
-            .sync_data()
-            .map_err(|e| std::io::Error::other(format!("fdatasync failed: {e}")))?;
-        if !self.sync_delay.is_zero() {
-            std::thread::sleep(self.sync_delay);
-        }
+        self.shared.io_started(started);
+        let written = self.write_and_sync(buf, offset);
+        self.shared.io_done();
+        written?;
         self.metrics
             .fsync_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -446,6 +441,19 @@ impl Writer {
             self.shared.set_durable_end(first, durable_len);
         }
         buf.clear();
+        Ok(())
+    }
+
+    fn write_and_sync(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.active.write_all_at(buf, offset)?;
+        // Whatever it says, a failed fdatasync is no full disk to wait out: the pages it
+        // was to write may be gone from the cache already, and a retry would "succeed".
+        self.active
+            .sync_data()
+            .map_err(|e| std::io::Error::other(format!("fdatasync failed: {e}")))?;
+        if !self.sync_delay.is_zero() {
+            std::thread::sleep(self.sync_delay);
+        }
         Ok(())
     }
 
