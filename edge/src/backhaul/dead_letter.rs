@@ -6,11 +6,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::spool::checkpoint::{create_dir_durably, sync_dir};
-use crate::spool::new_segment_format;
 use crate::spool::record::Record;
+use crate::spool::{DEAD_LETTER_DIR, new_segment_format};
 
-pub(super) fn store(spool_dir: &Path, record: &Record) -> std::io::Result<PathBuf> {
-    let dir = spool_dir.join("dead-letter");
+/// Stores `record` as a dead letter; returns its path and its size on disk.
+pub(super) fn store(spool_dir: &Path, record: &Record) -> std::io::Result<(PathBuf, u64)> {
+    let dir = spool_dir.join(DEAD_LETTER_DIR);
     create_dir_durably(&dir)?;
     let path = dir.join(format!("{:020}.rec", record.seq));
     // A spool segment of one frame, readable by `edge spool-dump`.
@@ -28,5 +29,5 @@ pub(super) fn store(spool_dir: &Path, record: &Record) -> std::io::Result<PathBu
     file.write_all(&frame)?;
     file.sync_all()?;
     sync_dir(&dir)?;
-    Ok(path)
+    Ok((path, frame.len() as u64))
 }

@@ -198,7 +198,8 @@ impl DeliveryContext {
                             .await
                             .expect("dead-letter task");
                     match stored {
-                        Ok(path) => {
+                        Ok((path, bytes)) => {
+                            self.spool.dead_letter_stored(bytes);
                             self.metrics.dead_letters.inc();
                             tracing::warn!(seq = record.seq, event_id = %record.event_id, why = %why, path = %path.display(), "origin rejected an event; kept as a dead letter");
                             return record.seq;

@@ -39,6 +39,10 @@ pub struct SpoolMetrics {
     pub damaged_records: Counter,
     /// Bytes skipped with them.
     pub damaged_bytes: Counter,
+    /// Bytes in `dead-letter/` (counted toward `spool.max_bytes`).
+    pub dead_letter_bytes: Gauge,
+    /// Bytes in `quarantine/` (counted toward `spool.max_bytes`).
+    pub quarantine_bytes: Gauge,
 }
 
 impl SpoolMetrics {
@@ -57,6 +61,8 @@ impl SpoolMetrics {
             id_conflicts: Counter::default(),
             damaged_records: Counter::default(),
             damaged_bytes: Counter::default(),
+            dead_letter_bytes: Gauge::default(),
+            quarantine_bytes: Gauge::default(),
         };
         registry.register(
             "dedupe_id_conflicts",
@@ -73,6 +79,16 @@ impl SpoolMetrics {
             "bytes",
             "Bytes held in spool segments",
             metrics.bytes.clone(),
+        );
+        spool.register(
+            "dead_letter_bytes",
+            "Bytes in <spool.dir>/dead-letter/ (they count toward spool.max_bytes; the edge never deletes them)",
+            metrics.dead_letter_bytes.clone(),
+        );
+        spool.register(
+            "quarantine_bytes",
+            "Bytes in <spool.dir>/quarantine/ (they count toward spool.max_bytes; the edge never deletes them)",
+            metrics.quarantine_bytes.clone(),
         );
         spool.register(
             "fill_ratio",

@@ -7,6 +7,7 @@ mod append;
 pub(crate) mod checkpoint;
 mod group_commit;
 mod inspect;
+mod kept;
 mod lag;
 pub(crate) mod metrics;
 mod origin_keys;
@@ -33,6 +34,7 @@ use tokio::task::JoinHandle;
 
 pub use append::{AppendError, Appended, NewEvent};
 pub use inspect::{DamagedRegion, Inspection, UnreadableSegment, dump, inspect};
+pub(crate) use kept::DEAD_LETTER_DIR;
 pub use metrics::SpoolMetrics;
 pub use reader::{Batch, SpoolReader};
 pub use recovery::RecoveryReport;
@@ -88,6 +90,7 @@ impl Spool {
             epoch: std::time::Instant::now(),
             stall_timeout: settings.stall_timeout,
             stall_logged: AtomicBool::new(false),
+            kept: kept::KeptBytes::measure(&settings.dir),
         });
         let (commands, rx) = mpsc::unbounded_channel();
         let writer = writer::Writer::new(
@@ -162,9 +165,16 @@ impl Spool {
         }
     }
 
-    /// How full the spool is, as a fraction of `max_bytes` (admission sheds by it).
+    /// How full the spool is, as a fraction of `max_bytes` (admission sheds by it):
+    /// its segments, dead letters and quarantine.
     pub fn fill(&self) -> f64 {
-        self.shared.bytes.load(Ordering::Acquire) as f64 / self.shared.max_bytes as f64
+        self.shared.held_bytes() as f64 / self.shared.max_bytes as f64
+    }
+
+    /// A dead letter of `bytes` was stored under the spool directory: it counts toward
+    /// `max_bytes` from now on.
+    pub fn dead_letter_stored(&self, bytes: u64) {
+        self.shared.kept.add_dead_letter(bytes);
     }
 
     /// The writer task, which runs until [`Spool::close`].
@@ -196,7 +206,7 @@ impl Spool {
             Some("spool failed (write or fsync error)")
         } else if !self.shared.has_room() {
             Some("spool disk full")
-        } else if self.shared.bytes.load(Ordering::Acquire) >= self.shared.high_water_bytes {
+        } else if self.shared.held_bytes() >= self.shared.high_water_bytes {
             Some("spool over its high-water mark")
         } else {
             None
@@ -849,6 +859,37 @@ mod tests {
         spool.close().await;
         let found = inspect(dir.path()).unwrap();
         assert!(!found.is_damaged(), "written back: {found:?}");
+    }
+
+    /// Dead letters and quarantine count toward `max_bytes`: kept files alone can take
+    /// the spool past its high-water mark (the PoP withdraws) and refuse appends.
+    #[tokio::test]
+    async fn kept_files_count_toward_max_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let (spool, _) = open_with(&settings(dir.path()), metrics.clone());
+        assert!(spool.unready_reason().is_none());
+        std::fs::create_dir(dir.path().join(DEAD_LETTER_DIR)).unwrap();
+        std::fs::write(
+            dir.path().join(DEAD_LETTER_DIR).join("1.rec"),
+            vec![1; 600_000],
+        )
+        .unwrap();
+        spool.dead_letter_stored(600_000);
+        quarantine::keep(dir.path(), "tail-1", &vec![1; 400_000], "test").unwrap();
+        spool.close().await;
+
+        let (spool, _) = open_with(&settings(dir.path()), metrics.clone());
+        assert!(spool.fill() > 0.9, "{}", spool.fill());
+        assert_eq!(
+            spool.unready_reason(),
+            Some("spool over its high-water mark")
+        );
+        assert_eq!(
+            spool.append(event("over", 100_000)).await,
+            Err(AppendError::Full)
+        );
+        spool.close().await;
     }
 
     /// `spool-verify` sees a segment file gone: the numbers between its neighbours are

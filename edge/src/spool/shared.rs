@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
+use super::kept::KeptBytes;
+
 /// State the writer publishes to everyone else.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -45,9 +47,16 @@ pub(crate) struct Shared {
     pub(super) stall_timeout: Duration,
     /// A stall has been logged and not yet its end.
     pub(super) stall_logged: AtomicBool,
+    /// Bytes in `dead-letter/` and `quarantine/`, which count toward `max_bytes`.
+    pub(super) kept: KeptBytes,
 }
 
 impl Shared {
+    /// Bytes that count toward `max_bytes`: the segments, dead letters and quarantine.
+    pub(super) fn held_bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire) + self.kept.total()
+    }
+
     pub(super) fn durable_end(&self) -> (u64, u64) {
         *self.durable_end.lock()
     }

@@ -68,6 +68,8 @@ pub(super) struct Writer {
     metrics: SpoolMetrics,
     conflict_log: LogThrottle,
     replay_log: LogThrottle,
+    /// When `shared.kept` was last measured from the directories.
+    kept_measured: Instant,
     _lock: Flock<File>,
 }
 
@@ -103,6 +105,7 @@ impl Writer {
             metrics,
             conflict_log: LogThrottle::default(),
             replay_log: LogThrottle::default(),
+            kept_measured: Instant::now(),
             _lock: recovered.lock,
         };
         writer.publish_gauges();
@@ -246,7 +249,7 @@ impl Writer {
                 continue;
             };
             let len = len as u64;
-            if self.total_bytes + batch_bytes + len > self.max_bytes {
+            if self.total_bytes + self.shared.kept.total() + batch_bytes + len > self.max_bytes {
                 outcomes.push(Err(AppendError::Full));
                 continue;
             }
@@ -522,6 +525,12 @@ impl Writer {
         let freed = remove_delivered(&self.dir, &mut self.segments, seq)?;
         self.total_bytes -= freed;
         reserve::ensure(&self.dir);
+        // A delivered segment that held damage went to quarantine; an operator may have
+        // emptied a directory.
+        if freed > 0 || self.kept_measured.elapsed() >= REMEASURE_KEPT {
+            self.shared.kept.remeasure(&self.dir);
+            self.kept_measured = Instant::now();
+        }
         self.publish_gauges();
         Ok(())
     }
@@ -529,9 +538,14 @@ impl Writer {
     fn publish_gauges(&self) {
         self.shared.bytes.store(self.total_bytes, Ordering::Release);
         self.metrics.bytes.set(self.total_bytes as i64);
+        let kept = &self.shared.kept;
         self.metrics
             .fill_ratio
-            .set(self.total_bytes as f64 / self.max_bytes as f64);
+            .set((self.total_bytes + kept.total()) as f64 / self.max_bytes as f64);
+        self.metrics
+            .dead_letter_bytes
+            .set(kept.dead_letter() as i64);
+        self.metrics.quarantine_bytes.set(kept.quarantine() as i64);
         self.metrics.segments.set(self.segments.len() as i64);
         self.metrics
             .backlog_records
@@ -545,3 +559,6 @@ impl Writer {
 fn is_disk_full(error: &std::io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
+
+/// How often a checkpoint measures `dead-letter/` and `quarantine/` again.
+const REMEASURE_KEPT: Duration = Duration::from_secs(10);
