@@ -269,6 +269,7 @@ fn spool_settings(dir: &std::path::Path) -> SpoolSettings {
         high_water: 0.9,
         preallocate: false,
         stall_timeout: Duration::from_secs(5),
+        max_queued_bytes: 64 << 20,
         sync_delay: Duration::ZERO,
     }
 }

@@ -314,6 +314,53 @@ async fn a_stalled_disk_fails_readiness_until_it_answers() {
     );
 }
 
+/// While the disk is slow, bodies waiting for the writer are bounded: past
+/// `spool.max_queued_bytes` the next request gets 503 + Retry-After before its body is
+/// read; the waiting ones are acknowledged once the fsync returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_disk_bounds_the_bodies_waiting_for_it() {
+    let big_route = format!(
+        "  - path: /hooks/big\n    provider: github\n    secrets: [\"{GITHUB_SECRET}\"]\n    max_body: 1MiB\n"
+    );
+    let edge = Edge::start("  sync_delay: 2s\n  max_queued_bytes: 1MiB\n", &big_route);
+    let client = client(&edge, false);
+    let big = |id: &str| {
+        let body = format!(r#"{{"delivery":"{id}","pad":"{}"}}"#, "q".repeat(700_000));
+        signed_github(client.post(edge.url("/hooks/big")), id, body.as_bytes())
+    };
+    let waiting: Vec<_> = ["queued-1", "queued-2"]
+        .into_iter()
+        .map(|id| {
+            let request = big(id);
+            tokio::spawn(async move { request.send().await.map(|r| r.status()) })
+        })
+        .collect();
+    // Both bodies are in (1.4 MB over loopback) and waiting for the writer.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let refused = big("over").send().await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert!(refused.text().await.unwrap().contains("spool_queue"));
+    for request in waiting {
+        assert_eq!(request.await.unwrap().unwrap(), 202);
+    }
+    let metrics = edge.metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("webhook_ingress_shed_total")
+                && l.contains(r#"reason="spool_queue""#)
+                && l.ends_with(" 1")),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("shed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(big("after").send().await.unwrap().status(), 202);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_spool_disk_answers_503_and_recovers_by_itself() {
     full_spool_disk(false).await;

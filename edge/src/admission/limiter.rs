@@ -106,6 +106,9 @@ pub enum ShedReason {
     BodyBytes,
     /// The source's share of that budget is taken.
     SourceBodyBytes,
+    /// The spool writer's queue holds `spool.max_queued_bytes` of bodies (a slow or
+    /// stalled disk): refused before the body is read.
+    SpoolQueue,
 }
 
 impl ShedReason {
@@ -119,6 +122,7 @@ impl ShedReason {
             ShedReason::Backlog => "backlog",
             ShedReason::BodyBytes => "body_bytes",
             ShedReason::SourceBodyBytes => "source_body_bytes",
+            ShedReason::SpoolQueue => "spool_queue",
         }
     }
 }

@@ -137,6 +137,11 @@ impl Admission {
         self.ledger.as_ref().map(Ledger::task)
     }
 
+    /// Counts a request shed for a reason outside admission's own state (the spool's).
+    pub fn count_shed(&self, priority: Priority, reason: ShedReason) {
+        self.metrics.shed(priority, reason.as_str());
+    }
+
     /// Writes a refused request that claims a delivery id into the shed ledger.
     pub fn record_shed(&self, entry: ShedEntry) {
         if let Some(ledger) = &self.ledger {

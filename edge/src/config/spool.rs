@@ -25,6 +25,9 @@ pub struct SpoolSettings {
     /// A write or fsync that has not returned after this fails `/readyz`: the disk is
     /// failing, and the PoP withdraws until it answers again.
     pub stall_timeout: Duration,
+    /// Bodies waiting for the writer past this are refused (503) before the next body
+    /// is read: memory stays bounded while the disk is slow.
+    pub max_queued_bytes: u64,
     /// Testing only: a pause after each fsync, to rehearse a slow disk.
     pub sync_delay: Duration,
 }
@@ -51,6 +54,9 @@ pub(super) struct RawSpool {
     /// withdraws) until the disk answers again. Default 5s.
     #[serde(with = "humantime_serde")]
     stall_timeout: Duration,
+    /// Bodies waiting for the writer past this are refused (503) before the next body
+    /// is read. Default 64MiB.
+    max_queued_bytes: ByteSize,
     /// Testing only: a pause after each fsync. Default 0.
     #[serde(with = "humantime_serde")]
     sync_delay: Duration,
@@ -66,6 +72,7 @@ impl Default for RawSpool {
             high_water: 0.9,
             preallocate: false,
             stall_timeout: Duration::from_secs(5),
+            max_queued_bytes: ByteSize::mib(64),
             sync_delay: Duration::ZERO,
         }
     }
@@ -91,6 +98,9 @@ impl RawSpool {
         if !(Duration::from_millis(100)..=Duration::from_secs(600)).contains(&self.stall_timeout) {
             errors.add("spool.stall_timeout", "must be between 100ms and 10m");
         }
+        if self.max_queued_bytes.as_u64() < 1 << 20 {
+            errors.add("spool.max_queued_bytes", "must be at least 1MiB");
+        }
         SpoolSettings {
             dir: self.dir.unwrap_or_default(),
             max_bytes: self.max_bytes.as_u64(),
@@ -99,6 +109,7 @@ impl RawSpool {
             high_water: self.high_water,
             preallocate: self.preallocate,
             stall_timeout: self.stall_timeout,
+            max_queued_bytes: self.max_queued_bytes.as_u64(),
             sync_delay: self.sync_delay,
         }
     }

@@ -18,6 +18,7 @@ use super::app::{App, RouteEntry};
 use super::body::ResponseBody;
 use super::keep_alive::RequestBody;
 use crate::admission::ledger::ShedEntry;
+use crate::admission::limiter::ShedReason;
 use crate::admission::{BodyClaim, Refusal};
 use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
@@ -203,6 +204,16 @@ fn before_body(
     }
     if body.size_hint().lower() > route.max_body {
         return Err(too_large(route.max_body));
+    }
+    if app.spool.queue_full() {
+        app.admission
+            .count_shed(route.priority, ShedReason::SpoolQueue);
+        return Err(refused(
+            app,
+            entry,
+            &parts.headers,
+            Refusal::Shed(ShedReason::SpoolQueue),
+        ));
     }
     let verification = route
         .verifier

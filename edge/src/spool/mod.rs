@@ -91,6 +91,8 @@ impl Spool {
             stall_timeout: settings.stall_timeout,
             stall_logged: AtomicBool::new(false),
             kept: kept::KeptBytes::measure(&settings.dir),
+            queued_bytes: AtomicU64::new(0),
+            max_queued_bytes: settings.max_queued_bytes,
         });
         let (commands, rx) = mpsc::unbounded_channel();
         let writer = writer::Writer::new(
@@ -125,10 +127,28 @@ impl Spool {
     /// durable one).
     pub async fn append(&self, event: NewEvent) -> Result<Appended, AppendError> {
         let (reply, answer) = oneshot::channel();
-        self.commands
+        let body_bytes = event.body.len() as u64;
+        self.shared
+            .queued_bytes
+            .fetch_add(body_bytes, Ordering::AcqRel);
+        if self
+            .commands
             .send(writer::Command::Append(event, reply))
-            .map_err(|_| AppendError::Closed)?;
+            .is_err()
+        {
+            self.shared
+                .queued_bytes
+                .fetch_sub(body_bytes, Ordering::AcqRel);
+            return Err(AppendError::Closed);
+        }
         answer.await.map_err(|_| AppendError::Closed)?
+    }
+
+    /// Whether the bodies waiting for the writer (its queue and the batch on disk) hold
+    /// `spool.max_queued_bytes`: a slow or stalled disk. The next request is refused
+    /// before its body is read, so memory stays bounded.
+    pub fn queue_full(&self) -> bool {
+        self.shared.queued_bytes.load(Ordering::Acquire) >= self.shared.max_queued_bytes
     }
 
     /// Records that the origin has every event up to `seq`; deletes segments that hold
@@ -285,6 +305,7 @@ mod tests {
             max_batch_delay: Duration::from_millis(1),
             high_water: 0.9,
             stall_timeout: Duration::from_secs(5),
+            max_queued_bytes: 64 << 20,
             sync_delay: Duration::ZERO,
             preallocate: true,
         }

@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     pub(super) stall_logged: AtomicBool,
     /// Bytes in `dead-letter/` and `quarantine/`, which count toward `max_bytes`.
     pub(super) kept: KeptBytes,
+    /// Body bytes of appends sent to the writer and not yet answered.
+    pub(super) queued_bytes: AtomicU64,
+    pub(super) max_queued_bytes: u64,
 }
 
 impl Shared {

@@ -136,6 +136,7 @@ impl Writer {
                 }
             }
             let seqs: Vec<u64> = checkpoints.iter().map(|(seq, _)| *seq).collect();
+            let batch_body_bytes: u64 = events.iter().map(|e| e.body.len() as u64).sum();
             #[expect(
                 clippy::expect_used,
                 reason = "a panic ends the process (edge_kit::panic), so the join cannot fail"
@@ -155,6 +156,10 @@ impl Writer {
             .await
             .expect("spool writer panicked");
             writer = returned;
+            writer
+                .shared
+                .queued_bytes
+                .fetch_sub(batch_body_bytes, Ordering::AcqRel);
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(outcome);
             }
