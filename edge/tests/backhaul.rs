@@ -471,7 +471,7 @@ async fn full_spool_disk(preallocate: bool) {
     edge.kill9();
     edge.spawn();
     assert!(
-        !edge.log_text().contains("cut an incomplete tail"),
+        !edge.log_text().contains("spool recovery cut"),
         "{}",
         edge.log_text()
     );

@@ -123,9 +123,17 @@ async fn kill_9_midway(preallocate: bool) {
     edge.spawn();
     let log = edge.log_text();
     assert!(
-        log.contains("spool recovery cut an incomplete tail"),
+        log.contains("spool recovery cut a write that never finished"),
         "recovery did not report the torn tail:\n{log}"
     );
+    assert!(
+        !log.contains("ERROR"),
+        "a torn write is not damage to an acknowledged record:\n{log}"
+    );
+    let kept = std::fs::read_dir(edge.spool_dir().join("quarantine"))
+        .unwrap()
+        .count();
+    assert_eq!(kept, 2, "the cut bytes and their .why are kept");
 
     let records = edge::spool::dump(&edge.spool_dir()).unwrap();
     let mut copies: HashMap<&str, usize> = HashMap::new();
