@@ -73,7 +73,7 @@ fn main() -> ExitCode {
     // own TLS configs name theirs); with more than one compiled in, it must be chosen.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let kind = match cli.command {
-        Command::Run { .. } => edge_kit::process::Command::DAEMON.multi_threaded(),
+        Command::Run { .. } => edge_kit::process::Command::DAEMON,
         _ => edge_kit::process::Command::TOOL,
     };
     edge_kit::process::run("edge", kind, |runtime| match cli.command {

@@ -20,7 +20,7 @@ use crate::config::{BackhaulSettings, Settings};
 use crate::http::App;
 use crate::metrics::Metrics;
 use crate::reload::Reloader;
-use crate::server::{Live, Server, ServerMetrics};
+use crate::server::{Accepting, Live, Placement, Server, ServerMetrics};
 use crate::spool::Spool;
 use crate::{sockets, tls};
 
@@ -38,10 +38,12 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let spool = open_spool(&settings, &metrics)?;
     let (tls_config, shared_tickets) = tls::server_config(&settings.tls, &metrics.tls)?;
     check_open_files_limit(&settings)?;
+    let allowed_cpus = sockets::allowed_cpus().context("the process's CPU affinity")?;
+    let placement = Placement::new(settings.listener.workers, &allowed_cpus);
     let listeners = settings
         .listen
         .iter()
-        .map(|addr| sockets::bind(*addr, &settings.listener))
+        .map(|addr| sockets::bind_group(*addr, placement.workers(), &settings.listener))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
         .await
@@ -102,9 +104,9 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let reloading = tokio::spawn(reloader.run(hangups).in_current_span());
     readiness.watch(reloading.abort_handle(), "config reload watcher stopped");
     let (stop, stopped) = watch::channel(false);
-    let accepting = tokio::spawn(server.run(listeners, stopped).in_current_span());
+    let accepting = server.start(&placement, listeners, stopped)?;
     readiness.listening.store(true, Ordering::Release);
-    tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, "edge ready");
+    tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, workers = placement.workers(), "edge ready");
 
     let mut spool_failed = false;
     let grace = tokio::select! {
@@ -125,7 +127,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     );
     tokio::time::sleep(grace).await;
     let _ = stop.send(true);
-    finish_connections(accepting, settings.shutdown_timeout).await?;
+    finish_connections(accepting, settings.shutdown_timeout).await;
     if let Some(backhaul) = backhaul {
         backhaul.stop().await;
     }
@@ -189,11 +191,8 @@ fn check_open_files_limit(settings: &Settings) -> anyhow::Result<()> {
 }
 
 /// Waits for the accept loops to end, then up to `timeout` for open connections.
-async fn finish_connections(
-    accepting: tokio::task::JoinHandle<crate::server::Connections>,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let connections = accepting.await.context("accept loops")?;
+async fn finish_connections(accepting: Accepting, timeout: Duration) {
+    let connections = accepting.stopped().await;
     tracing::info!(
         open = connections.open(),
         "stopped accepting; finishing in-flight requests"
@@ -204,7 +203,6 @@ async fn finish_connections(
     {
         tracing::warn!("connections still open after shutdown_timeout; closing them");
     }
-    Ok(())
 }
 
 /// The running backhaul task and its stop switch.

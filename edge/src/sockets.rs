@@ -1,5 +1,6 @@
 //! Listening sockets and the socket options the edge relies on; every raw socket trick
-//! (TCP Fast Open, TCP_INFO, the open-files limit) lives here.
+//! (SO_REUSEPORT, TCP Fast Open, TCP_INFO, the open-files limit, CPU affinity) lives
+//! here.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -9,15 +10,33 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::ListenerSettings;
 
-/// Binds a listener with SO_REUSEADDR, TCP_FASTOPEN and the configured backlog. IPv6
-/// sockets are v6-only so `0.0.0.0:443` and `[::]:443` can both be listed.
+/// Binds `count` listeners on `addr`, one per worker, in one SO_REUSEPORT group: the
+/// kernel spreads new connections over them by their addresses' hash, so no accept
+/// crosses a thread. With port 0, all take the port the first was given.
+pub(crate) fn bind_group(
+    addr: SocketAddr,
+    count: usize,
+    settings: &ListenerSettings,
+) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    let first = bind(addr, settings)?;
+    let addr = first.local_addr()?;
+    let mut group = vec![first];
+    for _ in 1..count {
+        group.push(bind(addr, settings)?);
+    }
+    Ok(group)
+}
+
+/// Binds a listener with SO_REUSEADDR, SO_REUSEPORT, TCP_FASTOPEN and the configured
+/// backlog. IPv6 sockets are v6-only so `0.0.0.0:443` and `[::]:443` can both be listed.
 pub(crate) fn bind(
     addr: SocketAddr,
     settings: &ListenerSettings,
-) -> anyhow::Result<tokio::net::TcpListener> {
+) -> anyhow::Result<std::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .with_context(|| format!("listen {addr}: socket"))?;
     socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
@@ -32,8 +51,27 @@ pub(crate) fn bind(
     socket
         .listen(settings.backlog)
         .with_context(|| format!("listen {addr}: listen"))?;
-    let listener = tokio::net::TcpListener::from_std(socket.into())?;
-    Ok(listener)
+    Ok(socket.into())
+}
+
+/// The CPUs this process may run on (its affinity mask, as systemd's `CPUAffinity=` or
+/// `taskset` set it), in order.
+pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    use nix::sched::{CpuSet, sched_getaffinity};
+    let set = sched_getaffinity(nix::unistd::Pid::from_raw(0))?;
+    Ok((0..CpuSet::count())
+        .filter(|cpu| set.is_set(*cpu).unwrap_or(false))
+        .collect())
+}
+
+/// Pins the calling thread to `cpu`.
+pub(crate) fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
+    use nix::sched::{CpuSet, sched_setaffinity};
+    let mut set = CpuSet::new();
+    set.set(cpu)?;
+    // Pid 0 is the calling thread, not the whole process.
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)?;
+    Ok(())
 }
 
 /// Raises the soft open-files limit to the hard one (every connection is a descriptor)
@@ -135,6 +173,7 @@ mod tests {
         let settings = ListenerSettings {
             backlog: 128,
             tcp_fastopen_queue: 16,
+            workers: None,
         };
         let v4 = bind("127.0.0.1:0".parse().unwrap(), &settings).unwrap();
         let port = v4.local_addr().unwrap().port();
@@ -159,6 +198,31 @@ mod tests {
                 "v6-only socket shares the port with v4"
             );
         }
+    }
+
+    #[test]
+    fn a_group_shares_one_port_and_the_kernel_spreads_connections_over_it() {
+        let settings = ListenerSettings {
+            backlog: 128,
+            tcp_fastopen_queue: 0,
+            workers: None,
+        };
+        let group = bind_group("127.0.0.1:0".parse().unwrap(), 3, &settings).unwrap();
+        let addr = group[0].local_addr().unwrap();
+        assert!(group.iter().all(|l| l.local_addr().unwrap() == addr));
+        let clients: Vec<_> = (0..60)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let mut accepted = Vec::new();
+        for listener in &group {
+            listener.set_nonblocking(true).unwrap();
+            accepted.push(std::iter::from_fn(|| listener.accept().ok()).count());
+        }
+        assert_eq!(accepted.iter().sum::<usize>(), clients.len());
+        assert!(
+            accepted.iter().all(|n| *n > 0),
+            "every socket of the group gets connections: {accepted:?}"
+        );
     }
 
     #[tokio::test]

@@ -10,6 +10,9 @@ pub struct ListenerSettings {
     pub backlog: i32,
     /// TCP Fast Open queue length; 0 turns TFO off.
     pub tcp_fastopen_queue: u32,
+    /// Worker threads, each a runtime of its own with its own sockets; `None`: one per
+    /// CPU the process may run on.
+    pub workers: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -19,6 +22,9 @@ pub(super) struct RawListener {
     backlog: i32,
     /// Pending TCP Fast Open requests the kernel keeps; 0 turns TFO off. Default 256.
     tcp_fastopen_queue: u32,
+    /// Worker threads serving connections, each pinned to a CPU. Default (0): one per
+    /// CPU in the process's affinity mask.
+    workers: usize,
 }
 
 impl Default for RawListener {
@@ -26,6 +32,7 @@ impl Default for RawListener {
         Self {
             backlog: 4096,
             tcp_fastopen_queue: 256,
+            workers: 0,
         }
     }
 }
@@ -35,9 +42,19 @@ impl RawListener {
         if self.backlog <= 0 {
             errors.add("listener.backlog", "must be positive");
         }
+        if self.workers > MAX_WORKERS {
+            errors.add(
+                "listener.workers",
+                format!("must be at most {MAX_WORKERS} (0: one per CPU)"),
+            );
+        }
         ListenerSettings {
             backlog: self.backlog,
             tcp_fastopen_queue: self.tcp_fastopen_queue,
+            workers: (self.workers > 0).then_some(self.workers),
         }
     }
 }
+
+/// More worker threads than this is a typo, not a machine.
+const MAX_WORKERS: usize = 1024;

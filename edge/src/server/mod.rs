@@ -5,6 +5,7 @@
 //! force when it starts, and both keep theirs to the end.
 
 mod metrics;
+mod workers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub(crate) use metrics::ConnectionMetrics;
+pub(crate) use workers::{Accepting, Placement};
 
 use crate::config::Settings;
 use crate::conn_limits::{Admitted, ConnId, ConnTable, ConnUsage};
@@ -79,22 +81,6 @@ impl Server {
     /// The connection table's clock: milliseconds since the server started.
     fn now_ms(&self) -> u64 {
         self.clock_origin.elapsed().as_millis() as u64
-    }
-
-    /// Accepts on every listener until `stop` turns true, then returns the connections
-    /// still open.
-    pub(crate) async fn run(
-        self: Arc<Self>,
-        listeners: Vec<TcpListener>,
-        stop: watch::Receiver<bool>,
-    ) -> Connections {
-        let connections = Connections::default();
-        let mut loops = tokio::task::JoinSet::new();
-        for listener in listeners {
-            loops.spawn(Arc::clone(&self).accept_loop(listener, stop.clone(), connections.clone()));
-        }
-        while loops.join_next().await.is_some() {}
-        connections
     }
 
     async fn accept_loop(
@@ -354,6 +340,11 @@ impl Connections {
     pub(crate) async fn close(self) {
         self.closing.cancel();
         self.tasks.close();
+        self.finished().await;
+    }
+
+    /// Returns once the connections were asked to close and all have.
+    async fn finished(&self) {
         self.tasks.wait().await;
     }
 }
