@@ -3,12 +3,13 @@
 # answering `return 202;`, side by side in one run: TLS 1.3, keep-alive, 1 KiB signed
 # GitHub POSTs, each a distinct delivery (its own id and signed body), wrk -t2 -c64, and
 # once the replay path (one body under fresh ids). Rounds alternate which server
-# goes first; medians and the edge/nginx ratios are printed, plus the edge's peak RSS.
+# goes first; medians and the edge/nginx ratios are printed (requests per second, p99,
+# CPU time and system calls per request), plus the edge's peak RSS.
 #   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 BATCH_DELAY=1ms lab/bench/edge-vs-nginx.sh
 # With ANCHOR_EDGE=/path/to/edge the anchor is that other edge build on the same config
 # instead of nginx (e.g. to price a change against the commit before it).
 # With PIN=1 the comparison is per core: each server runs alone on CPU 0 (the edge with
-# one tokio worker, nginx with one worker process) and wrk alone on CPU 1 (one thread),
+# one worker, nginx with one worker process) and wrk alone on CPU 1 (one thread),
 # so neither server's ratio is decided by how many of wrk's cycles it steals.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,8 +61,8 @@ results="$work/results.txt"
 for round in $(seq "$ROUNDS"); do
     if [ $((round % 2)) -eq 1 ]; then order="$anchor edge"; else order="edge $anchor"; fi
     for name in $order; do
-        if [ "$name" = edge ]; then port=$EDGE_PORT; else port=$NGINX_PORT; fi
-        line=$(bench_wrk "$name" "https://127.0.0.1:$port/hooks/github")
+        if [ "$name" = edge ]; then port=$EDGE_PORT pid=$edge_pid; else port=$NGINX_PORT pid=$anchor_pid; fi
+        line=$(bench_wrk "$name" "https://127.0.0.1:$port/hooks/github" "$pid")
         echo "round $round: $line"
         echo "$line" >> "$results"
     done
@@ -73,6 +74,8 @@ echo "replays: $replay_line"
 
 edge_rps=$(field edge rps | median); nginx_rps=$(field "$anchor" rps | median)
 edge_p99=$(field edge p99_us | median); nginx_p99=$(field "$anchor" p99_us | median)
+edge_cpu=$(field edge cpu_us | median); nginx_cpu=$(field "$anchor" cpu_us | median)
+edge_calls=$(field edge syscalls | median); nginx_calls=$(field "$anchor" syscalls | median)
 edge_bad=$(field edge non2xx | awk '{s+=$1} END {print s+0}')
 rss_kb=$(awk '/VmHWM/ {print $2}' "/proc/$edge_pid/status")
 stored=$(bench_stored)
@@ -82,13 +85,13 @@ mean_batch=$(mean_of edge_spool_batch_records 1)
 mean_fsync=$(mean_of edge_spool_fsync_seconds 1000)
 
 replay=$(echo "$replay_line" | grep -o 'rps=[0-9.]*' | cut -d= -f2)
-awk -v label="$anchor_label" -v replay="${replay:-?} req/s" -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" \
+awk -v label="$anchor_label" -v replay="${replay:-?} req/s" -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" -v ec="$edge_cpu" -v nc="$nginx_cpu" -v es="$edge_calls" -v ns="$nginx_calls" \
     -v rss="$rss_kb" -v stored="${stored:-?}" -v batch="${mean_batch:-?}" -v fsync="${mean_fsync:-?}" -v rounds="$ROUNDS" \
     -v mode="$([ "$PIN" = 1 ] && echo "per core: server alone on CPU 0, wrk -t1 on CPU 1" || echo "whole machine, unpinned")" 'BEGIN {
     printf "\nmedians of %d alternating rounds (%s)\n", rounds, mode
-    printf "edge  (verify + fsync + 202): %8.0f req/s  p99 %6.2f ms  non-2xx %d\n", er, ep / 1000, bad
-    printf "%-30s%8.0f req/s  p99 %6.2f ms\n", label, nr, np / 1000
-    printf "ratio edge/anchor: req/s %.2f  p99 %.2f\n", er / nr, ep / np
+    printf "edge  (verify + fsync + 202): %8.0f req/s  p99 %6.2f ms  CPU %5.1f us/request  %5.2f syscalls/request  non-2xx %d\n", er, ep / 1000, ec, es, bad
+    printf "%-30s%8.0f req/s  p99 %6.2f ms  CPU %5.1f us/request  %5.2f syscalls/request\n", label, nr, np / 1000, nc, ns
+    printf "ratio edge/anchor: req/s %.2f  p99 %.2f  CPU per request %.2f\n", er / nr, ep / np, ec / nc
     printf "edge replays (one body under fresh ids, not stored): %s\n", replay
     printf "edge peak RSS %.1f MB; events stored durably %s; mean group-commit batch %s records, mean fdatasync %s ms\n", rss / 1024, stored, batch, fsync
 }'

@@ -43,7 +43,7 @@ end
 
 function done(summary, latency, requests)
   local errors = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
-  io.write(string.format("RESULT rps=%.1f p50_us=%d p99_us=%d non2xx=%d errors=%d\n",
+  io.write(string.format("RESULT rps=%.1f p50_us=%d p99_us=%d non2xx=%d errors=%d requests=%d\n",
     summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
-    summary.errors.status, errors))
+    summary.errors.status, errors, summary.requests))
 end

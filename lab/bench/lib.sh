@@ -59,6 +59,13 @@ cpu_ticks() {
     echo "$total"
 }
 
+# tree_ticks [PID]: cpu_ticks of PID and its children (nginx's workers); 0 without PID.
+tree_ticks() {
+    [ -n "${1:-}" ] || { echo 0; return; }
+    # shellcheck disable=SC2046  # one PID per word
+    cpu_ticks "$1" $(ps -o pid= --ppid "$1")
+}
+
 # bench_bodies FILE SECRET [SALT]: FILE gets "signature<TAB>body" lines, distinct 1 KiB
 # GitHub push bodies (SALT makes them differ from another call's) each with its
 # X-Hub-Signature-256 under SECRET: 70,000 a wrk thread (THREADS), more than a route's
@@ -95,18 +102,37 @@ bench_cleanup() {
     rm -rf "$work"
 }
 
-# bench_wrk LABEL URL: one wrk run (THREADS, CONNS, DURATION) of distinct signed GitHub
-# deliveries (a pool of bodies of its own from bench_bodies; REPLAY=1: one body under
-# fresh ids);
+# bench_wrk LABEL URL [PID]: one wrk run (THREADS, CONNS, DURATION) of distinct signed
+# GitHub deliveries (a pool of bodies of its own from bench_bodies; REPLAY=1: one body
+# under fresh ids);
 # prints "LABEL rps=.. p50_us=.. ..". wrk runs under the command in the array client_cpu
-# if it is set (e.g. taskset -c 1), with the extra options in the array wrk_args.
+# if it is set (e.g. taskset -c 1), with the extra options in the array wrk_args. With
+# PID, the line also has cpu_us: the CPU time PID and its children spent per request
+# (user + system, from /proc), which a busy host's stolen time does not inflate; and
+# syscalls: their system calls per request (perf's raw_syscalls:sys_enter count).
 bench_wrk() {
-    local run="$1-$RANDOM$RANDOM"
+    local run="$1-$RANDOM$RANDOM" before line perf_pid=""
     bench_bodies "$work/bodies.tsv" bench-secret "$run"
-    BODIES="$work/bodies.tsv" THREADS="${THREADS:-2}" RUN="$run" \
+    before=$(tree_ticks "${3:-}")
+    if [ -n "${3:-}" ]; then
+        # shellcheck disable=SC2046  # one PID per word
+        perf stat -x, -e raw_syscalls:sys_enter -o "$work/syscalls.txt" \
+            -p "$(echo "$3" $(ps -o pid= --ppid "$3") | tr -s ' ' ',')" 2>/dev/null &
+        perf_pid=$!
+    fi
+    line=$(BODIES="$work/bodies.tsv" THREADS="${THREADS:-2}" RUN="$run" \
         ${client_cpu[@]+"${client_cpu[@]}"} wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" \
         ${wrk_args[@]+"${wrk_args[@]}"} -s lab/bench/github.lua "$2" \
-        | grep '^RESULT' | sed "s/^RESULT/$1/"
+        | grep '^RESULT' | sed "s/^RESULT/$1/")
+    if [ -n "${3:-}" ]; then
+        kill -INT "$perf_pid" 2>/dev/null
+        wait "$perf_pid" 2>/dev/null || true
+        line=$(echo "$line" | awk -v ticks=$(($(tree_ticks "$3") - before)) -v hz="$(getconf CLK_TCK)" \
+            -v calls="$(awk -F, '/raw_syscalls/ {print $1}' "$work/syscalls.txt" 2>/dev/null)" '{
+            for (i = 2; i <= NF; i++) if ($i ~ /^requests=/) { split($i, kv, "="); n = kv[2] }
+            printf "%s cpu_us=%.1f syscalls=%.2f\n", $0, n ? ticks / hz * 1e6 / n : 0, n ? calls / n : 0 }')
+    fi
+    echo "$line"
 }
 
 # bench_stored: events the edge on $ADMIN_PORT has stored durably (0 before the first).
@@ -115,11 +141,10 @@ bench_stored() {
         awk '/^edge_spool_appends_total.*reason="stored"/ {s += $NF} END {print s + 0}'
 }
 
-# bench_pin: the per-core layout. Servers start under "${server_cpu[@]}" (CPU 0, the edge
-# with one tokio worker), bench_wrk runs wrk on CPU 1 with one thread.
+# bench_pin: the per-core layout. Servers start under "${server_cpu[@]}" (CPU 0, where
+# the edge starts one worker), bench_wrk runs wrk on CPU 1 with one thread.
 bench_pin() {
     server_cpu=(taskset -c 0) client_cpu=(taskset -c 1) THREADS=1
-    export TOKIO_WORKER_THREADS=1
 }
 
 # median: of the numbers on stdin. field LABEL KEY: KEY's values on LABEL's lines of $results.
