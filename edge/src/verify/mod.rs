@@ -76,7 +76,9 @@ impl Provider {
 #[derive(Clone)]
 pub struct Verifier {
     scheme: Scheme,
-    secrets: Vec<Vec<u8>>,
+    /// Each secret's MAC keyed once, here: a request clones it instead of hashing the
+    /// key's padded blocks again.
+    keys: Vec<PreparedKey>,
 }
 
 /// How a route's signatures are checked.
@@ -109,7 +111,11 @@ impl Verifier {
     /// `secrets` are the key bytes as the scheme uses them (Standard Webhooks secrets
     /// already base64-decoded from `whsec_…`).
     pub fn new(scheme: Scheme, secrets: Vec<Vec<u8>>) -> Self {
-        Self { scheme, secrets }
+        let keys = secrets
+            .iter()
+            .map(|secret| PreparedKey::new(secret))
+            .collect();
+        Self { scheme, keys }
     }
 
     /// The scheme this verifier checks.
@@ -128,7 +134,7 @@ impl Verifier {
             Scheme::Standard { tolerance } => standard::read_head(headers, *tolerance)?,
             Scheme::Hmac(spec) => generic_hmac::read_head(spec, headers)?,
         };
-        Ok(Verification::new(&self.secrets, head))
+        Ok(Verification::new(&self.keys, head))
     }
 
     /// Verifies a request whose whole body is at hand.
@@ -148,10 +154,7 @@ impl fmt::Debug for Verifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Verifier")
             .field("scheme", &self.scheme)
-            .field(
-                "secrets",
-                &format_args!("<{} redacted>", self.secrets.len()),
-            )
+            .field("secrets", &format_args!("<{} redacted>", self.keys.len()))
             .finish()
     }
 }
@@ -165,11 +168,11 @@ pub struct Verification {
 }
 
 impl Verification {
-    fn new(secrets: &[Vec<u8>], head: SignedHead) -> Self {
-        let macs = secrets
+    fn new(keys: &[PreparedKey], head: SignedHead) -> Self {
+        let macs = keys
             .iter()
-            .map(|secret| {
-                let mut mac = MacState::new(head.digest, secret);
+            .map(|key| {
+                let mut mac = key.start(head.digest);
                 mac.update(&head.prefix);
                 mac
             })
@@ -226,26 +229,38 @@ impl Verified {
     }
 }
 
-/// One secret's MAC over the signed bytes, as they arrive.
+/// One secret as a keyed MAC for each digest a scheme may name (the digest is read
+/// from the request head).
 #[derive(Clone)]
+struct PreparedKey {
+    sha256: Hmac<Sha256>,
+    sha512: Hmac<Sha512>,
+}
+
+impl PreparedKey {
+    #[expect(clippy::expect_used, reason = "HMAC takes keys of any length")]
+    fn new(secret: &[u8]) -> Self {
+        Self {
+            sha256: Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
+            sha512: Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
+        }
+    }
+
+    fn start(&self, digest: Digest) -> MacState {
+        match digest {
+            Digest::Sha256 => MacState::Sha256(self.sha256.clone()),
+            Digest::Sha512 => MacState::Sha512(self.sha512.clone()),
+        }
+    }
+}
+
+/// One secret's MAC over the signed bytes, as they arrive.
 enum MacState {
     Sha256(Hmac<Sha256>),
     Sha512(Hmac<Sha512>),
 }
 
 impl MacState {
-    #[expect(clippy::expect_used, reason = "HMAC takes keys of any length")]
-    fn new(digest: Digest, secret: &[u8]) -> Self {
-        match digest {
-            Digest::Sha256 => MacState::Sha256(
-                Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
-            ),
-            Digest::Sha512 => MacState::Sha512(
-                Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
-            ),
-        }
-    }
-
     fn update(&mut self, bytes: &[u8]) {
         match self {
             MacState::Sha256(mac) => mac.update(bytes),
