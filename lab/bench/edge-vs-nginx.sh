@@ -11,12 +11,14 @@
 # With PIN=1 the comparison is per core: each server runs alone on CPU 0 (the edge with
 # one worker, nginx with one worker process) and wrk alone on CPU 1 (one thread),
 # so neither server's ratio is decided by how many of wrk's cycles it steals.
+# With H2=1 the same deliveries go over HTTP/2 (`lab h2-load`: CONNS connections, default
+# 4, with STREAMS requests in flight on each, default 100) to both servers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . lab/bench/lib.sh
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-10s}
-CONNS=${CONNS:-64}
+if [ "${H2:-0}" = 1 ]; then CONNS=${CONNS:-4}; else CONNS=${CONNS:-64}; fi
 THREADS=${THREADS:-2}
 PIN=${PIN:-0}
 if [ "$PIN" = 1 ]; then
@@ -87,7 +89,7 @@ mean_fsync=$(mean_of edge_spool_fsync_seconds 1000)
 replay=$(echo "$replay_line" | grep -o 'rps=[0-9.]*' | cut -d= -f2)
 awk -v label="$anchor_label" -v replay="${replay:-?} req/s" -v er="$edge_rps" -v nr="$nginx_rps" -v ep="$edge_p99" -v np="$nginx_p99" -v bad="$edge_bad" -v ec="$edge_cpu" -v nc="$nginx_cpu" -v es="$edge_calls" -v ns="$nginx_calls" \
     -v rss="$rss_kb" -v stored="${stored:-?}" -v batch="${mean_batch:-?}" -v fsync="${mean_fsync:-?}" -v rounds="$ROUNDS" \
-    -v mode="$([ "$PIN" = 1 ] && echo "per core: server alone on CPU 0, wrk -t1 on CPU 1" || echo "whole machine, unpinned")" 'BEGIN {
+    -v mode="$([ "${H2:-0}" = 1 ] && echo "HTTP/2, $CONNS connections x ${STREAMS:-100} streams; ")$([ "$PIN" = 1 ] && echo "per core: server alone on CPU 0, the load on CPU 1" || echo "whole machine, unpinned")" 'BEGIN {
     printf "\nmedians of %d alternating rounds (%s)\n", rounds, mode
     printf "edge  (verify + fsync + 202): %8.0f req/s  p99 %6.2f ms  CPU %5.1f us/request  %5.2f syscalls/request  non-2xx %d\n", er, ep / 1000, ec, es, bad
     printf "%-30s%8.0f req/s  p99 %6.2f ms  CPU %5.1f us/request  %5.2f syscalls/request\n", label, nr, np / 1000, nc, ns

@@ -26,7 +26,8 @@ YAML
 }
 
 # bench_nginx_conf WORKERS: $work/nginx.conf, nginx answering `return 202;` over TLS 1.3
-# on $NGINX_PORT with bench_identity's certificate, keep-alive without a request limit.
+# on $NGINX_PORT with bench_identity's certificate, keep-alive without a request limit;
+# with H2=1 it offers HTTP/2 by ALPN.
 bench_nginx_conf() {
     mkdir -p "$work/nginx"
     cat > "$work/nginx.conf" <<CONF
@@ -39,7 +40,7 @@ http {
     client_body_temp_path $work/nginx;
     keepalive_requests 1000000;
     server {
-        listen 127.0.0.1:$NGINX_PORT ssl;
+        listen 127.0.0.1:$NGINX_PORT ssl$([ "${H2:-0}" = 1 ] && echo " http2");
         ssl_protocols TLSv1.3;
         ssl_certificate $work/cert.pem;
         ssl_certificate_key $work/key.pem;
@@ -85,11 +86,11 @@ with open(path, "w") as out:
 PY
 }
 
-# bench_prepare NAME: setup, the release edge, and $work (on disk, not tmpfs: the edge's
+# bench_prepare NAME: setup, the release edge and lab binaries, and $work (on disk, not tmpfs: the edge's
 # fdatasync must be real), removed on exit after every PID in $bench_pids is stopped.
 bench_prepare() {
     lab/setup.sh >/dev/null
-    cargo build --release -p edge >/dev/null 2>&1 || cargo build --release -p edge
+    cargo build --release -p edge -p lab >/dev/null 2>&1 || cargo build --release -p edge -p lab
     work=$(mktemp -d "/var/tmp/edge-$1.XXXXXX")
     bench_pids=()
     trap bench_cleanup EXIT
@@ -104,9 +105,11 @@ bench_cleanup() {
 
 # bench_wrk LABEL URL [PID]: one wrk run (THREADS, CONNS, DURATION) of distinct signed
 # GitHub deliveries (a pool of bodies of its own from bench_bodies; REPLAY=1: one body
-# under fresh ids);
-# prints "LABEL rps=.. p50_us=.. ..". wrk runs under the command in the array client_cpu
-# if it is set (e.g. taskset -c 1), with the extra options in the array wrk_args. With
+# under fresh ids); with H2=1, `lab h2-load` sends them over CONNS HTTP/2 connections
+# with STREAMS (100) requests in flight on each instead of wrk;
+# prints "LABEL rps=.. p50_us=.. ..". The load runs under the command in the array
+# client_cpu if it is set (e.g. taskset -c 1), wrk with the extra options in the array
+# wrk_args. With
 # PID, the line also has cpu_us: the CPU time PID and its children spent per request
 # (user + system, from /proc), which a busy host's stolen time does not inflate; and
 # syscalls: their system calls per request (perf's raw_syscalls:sys_enter count).
@@ -120,10 +123,19 @@ bench_wrk() {
             -p "$(echo "$3" $(ps -o pid= --ppid "$3") | tr -s ' ' ',')" 2>/dev/null &
         perf_pid=$!
     fi
-    line=$(BODIES="$work/bodies.tsv" THREADS="${THREADS:-2}" RUN="$run" \
-        ${client_cpu[@]+"${client_cpu[@]}"} wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" \
-        ${wrk_args[@]+"${wrk_args[@]}"} -s lab/bench/github.lua "$2" \
-        | grep '^RESULT' | sed "s/^RESULT/$1/")
+    if [ "${H2:-0}" = 1 ]; then
+        local replay=()
+        [ "${REPLAY:-0}" = 1 ] && replay=(--replay)
+        line=$(${client_cpu[@]+"${client_cpu[@]}"} target/release/lab h2-load --url "$2" \
+            --bodies "$work/bodies.tsv" --run "$run" --connections "$CONNS" \
+            --streams "${STREAMS:-100}" --duration "$DURATION" \
+            ${replay[@]+"${replay[@]}"})
+    else
+        line=$(BODIES="$work/bodies.tsv" THREADS="${THREADS:-2}" RUN="$run" \
+            ${client_cpu[@]+"${client_cpu[@]}"} wrk -t"${THREADS:-2}" -c"$CONNS" -d"$DURATION" \
+            ${wrk_args[@]+"${wrk_args[@]}"} -s lab/bench/github.lua "$2")
+    fi
+    line=$(echo "$line" | grep '^RESULT' | sed "s/^RESULT/$1/")
     if [ -n "${3:-}" ]; then
         kill -INT "$perf_pid" 2>/dev/null
         wait "$perf_pid" 2>/dev/null || true

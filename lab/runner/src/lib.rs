@@ -4,10 +4,12 @@
 //! queue, `prometheus` what the lab's Prometheus sees and `dashboard` the fleet's Grafana
 //! dashboard as queries; `regions` is `lab status` of a fleet, region by region;
 //! `timeline` draws a scenario as a PNG; `readme` hands the README's example configs to
-//! the tests; `wan` is a long-haul link with delay and loss.
+//! the tests; `wan` is a long-haul link with delay and loss; `h2_load` is the
+//! benchmarks' HTTP/2 load.
 #![warn(missing_docs)]
 
 pub mod dashboard;
+pub mod h2_load;
 pub mod machine;
 pub mod netns;
 pub mod origin;

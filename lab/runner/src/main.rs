@@ -65,6 +65,9 @@ enum Command {
     },
     /// Send signed webhooks at a steady rate; one JSON line per outcome on stdout.
     Send(lab::sender::Plan),
+    /// HTTP/2 load for the benchmarks: distinct signed deliveries, many streams per
+    /// connection; prints one result line.
+    H2Load(lab::h2_load::Plan),
     /// Be a WAN link between two interfaces of this namespace (run in a node with
     /// `lab exec` or as its service): every frame crosses after the delay, with jitter
     /// and loss, both ways.
@@ -215,6 +218,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 loss: loss_percent / 100.0,
             };
             lab::wan::run(&a, &b, impairment)?;
+        }
+        Command::H2Load(plan) => {
+            let summary = runtime()?.block_on(lab::h2_load::run(plan))?;
+            println!("{}", summary.line());
         }
         Command::Send(plan) => {
             let outcomes = runtime()?.block_on(lab::sender::send(plan))?;
