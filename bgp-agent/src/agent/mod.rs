@@ -6,7 +6,6 @@
 //! config kept.
 
 mod round;
-mod watchdog;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,8 +25,8 @@ use crate::metrics::{
     ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, SpeakerLabel,
 };
 use crate::speaker::{Advert, Speaker};
+use edge_kit::watchdog::Watchdog;
 use round::Agent;
-use watchdog::Watchdog;
 
 /// What `bgp-agent status` and the peer guard read.
 #[derive(Clone, Debug, serde::Serialize)]

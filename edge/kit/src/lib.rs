@@ -13,3 +13,4 @@ pub mod panic;
 pub mod process;
 pub mod secret;
 pub mod signals;
+pub mod watchdog;

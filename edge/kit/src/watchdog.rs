@@ -1,11 +1,9 @@
-//! systemd's watchdog (`WatchdogSec=`): the decision loop proves it is alive once a
-//! round, so a hung agent (stopped, deadlocked, stuck in a call) is killed and the
-//! unit's `ExecStopPost=` withdraws, instead of the route freezing as it was.
+//! systemd's `Type=notify` and watchdog (`WatchdogSec=`): a service says when it is
+//! ready, and proves it is alive while it makes progress, so a hung process (stopped,
+//! deadlocked, stuck in a call) is killed and restarted instead of holding its place.
 //!
-//! Under ExaBGP the agent is ExaBGP's child and the unit's main process is ExaBGP: with
-//! `NotifyAccess=all` on ExaBGP's unit the agent's pings keep ExaBGP alive, and a hung
-//! agent gets ExaBGP killed, which drops the session and so the route. That is why
-//! `WATCHDOG_PID` (ExaBGP's PID there) is not required to be ours.
+//! `WATCHDOG_PID` is not required to be ours: under ExaBGP the bgp-agent is ExaBGP's
+//! child and the unit's main process is ExaBGP (`NotifyAccess=all` there).
 
 use std::time::Duration;
 
@@ -13,13 +11,13 @@ use sd_notify::NotifyState;
 
 /// The watchdog the service manager set, if any.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Watchdog {
+pub struct Watchdog {
     period: Option<Duration>,
 }
 
 impl Watchdog {
     /// From `WATCHDOG_USEC`.
-    pub(super) fn from_env() -> Self {
+    pub fn from_env() -> Self {
         let period = std::env::var("WATCHDOG_USEC")
             .ok()
             .and_then(|usec| usec.parse().ok())
@@ -28,20 +26,20 @@ impl Watchdog {
         Self { period }
     }
 
-    /// The agent has withdrawn and is deciding: `Type=notify` units count as started.
-    pub(super) fn ready(&self) {
+    /// Start-up is done: `Type=notify` units count as started.
+    pub fn ready(&self) {
         notify(NotifyState::Ready);
     }
 
-    /// One round done.
-    pub(super) fn alive(&self) {
+    /// Progress made: one ping, if the service manager watches.
+    pub fn alive(&self) {
         if self.period.is_some() {
             notify(NotifyState::Watchdog);
         }
     }
 
-    /// `pause`, short enough that a healthy agent pings several times per period.
-    pub(super) fn bound(&self, pause: Duration) -> Duration {
+    /// `pause`, short enough that a healthy service pings several times per period.
+    pub fn bound(&self, pause: Duration) -> Duration {
         self.period.map_or(pause, |period| pause.min(period / 4))
     }
 }
