@@ -17,6 +17,7 @@ mod conn_limits;
 mod deadline_io;
 pub mod event;
 mod http;
+mod liveness;
 pub mod metrics;
 mod reload;
 pub mod run;

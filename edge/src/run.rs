@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use edge_kit::signals::{Signal, Signals};
+use edge_kit::watchdog::Watchdog;
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -107,6 +108,12 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let accepting = server.start(&placement, listeners, stopped)?;
     readiness.listening.store(true, Ordering::Release);
     tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, workers = placement.workers(), "edge ready");
+    let watchdog = Watchdog::from_env();
+    watchdog.ready();
+    tokio::spawn(
+        crate::liveness::feed(watchdog, accepting.heartbeats(), Arc::clone(&spool))
+            .in_current_span(),
+    );
 
     let mut spool_failed = false;
     let grace = tokio::select! {
@@ -121,6 +128,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         }
     };
     readiness.draining.store(true, Ordering::Release);
+    watchdog.stopping();
     tracing::info!(
         grace_ms = grace.as_millis() as u64,
         "draining: /readyz fails, still serving"

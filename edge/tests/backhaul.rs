@@ -314,6 +314,85 @@ async fn a_stalled_disk_fails_readiness_until_it_answers() {
     );
 }
 
+/// systemd's side of a stalled disk, through a notify socket made here as systemd makes
+/// one: the edge says READY=1 once it serves, pings WATCHDOG=1 several times per
+/// `WatchdogSec` while it makes progress, stops while an fsync has not returned past
+/// `stall_timeout` (systemd would restart it if that lasted), and pings again once the
+/// fsync returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_disk_stops_the_watchdog_pings_until_it_answers() {
+    let notify_dir = tempfile::tempdir().unwrap();
+    let notify_path = notify_dir.path().join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    let started = Instant::now();
+    let (messages_tx, messages) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok(n) = socket.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if messages_tx.send((started.elapsed(), text)).is_err() {
+                return;
+            }
+        }
+    });
+    let mut edge = Edge::create("  sync_delay: 4s\n  stall_timeout: 500ms\n", "");
+    edge.set_env("NOTIFY_SOCKET", notify_path.to_str().unwrap());
+    edge.set_env("WATCHDOG_USEC", "2000000");
+    edge.spawn();
+    let next = |within: Duration| messages.recv_timeout(within).ok();
+    let (_, first) = next(Duration::from_secs(5)).expect("a notification");
+    assert!(first.contains("READY=1"), "the first notification: {first}");
+    let mut pings = Vec::new();
+    while pings.len() < 3 {
+        let (at, text) = next(Duration::from_secs(2)).expect("a ping while idle");
+        assert!(text.contains("WATCHDOG=1"), "{text}");
+        pings.push(at);
+    }
+    let healthy_gap = gaps(&pings).max().unwrap();
+    assert!(
+        healthy_gap <= Duration::from_millis(1500),
+        "idle pings {healthy_gap:?} apart"
+    );
+
+    let client = client(&edge, false);
+    let id = "watchdog-stall-1";
+    let request = github_post(&client, &edge, id, body_for(id).as_bytes());
+    let sent = started.elapsed();
+    let status = request.send().await.unwrap().status();
+    let done = started.elapsed();
+    assert_eq!(status, 202);
+    let mut during = vec![sent];
+    while let Some((at, text)) = next(Duration::from_secs(3)) {
+        if text.contains("WATCHDOG=1") && at > sent {
+            during.push(at);
+        }
+        if at > done + Duration::from_secs(1) {
+            break;
+        }
+    }
+    let stalled_gap = gaps(&during).max().unwrap();
+    assert!(
+        stalled_gap >= Duration::from_millis(2500),
+        "pings went on while the fsync waited 4s: largest gap {stalled_gap:?} (request {sent:?}..{done:?}, pings {during:?})"
+    );
+    assert!(
+        during.iter().any(|at| *at > done),
+        "no ping after the fsync returned: {during:?}, done {done:?}"
+    );
+    assert!(
+        edge.log_text().contains("the edge is hung"),
+        "the stall is logged: {}",
+        edge.log_text()
+    );
+    println!(
+        "watchdog: idle pings at most {healthy_gap:?} apart (WatchdogSec 2s); none for {stalled_gap:?} while an fsync waited 4s (stall_timeout 500ms); pings again once it returned"
+    );
+}
+
+fn gaps(times: &[Duration]) -> impl Iterator<Item = Duration> + '_ {
+    times.windows(2).map(|pair| pair[1] - pair[0])
+}
+
 /// While the disk is slow, bodies waiting for the writer are bounded: past
 /// `spool.max_queued_bytes` the next request gets 503 + Retry-After before its body is
 /// read; the waiting ones are acknowledged once the fsync returns.

@@ -31,6 +31,11 @@ impl Watchdog {
         notify(NotifyState::Ready);
     }
 
+    /// Shutting down: systemd shows the unit as deactivating.
+    pub fn stopping(&self) {
+        notify(NotifyState::Stopping);
+    }
+
     /// Progress made: one ping, if the service manager watches.
     pub fn alive(&self) {
         if self.period.is_some() {

@@ -13,6 +13,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 use super::{Connections, Server};
+use crate::liveness::{self, Heartbeats};
 
 /// Where each worker runs: the CPU it is pinned to, round-robin over the CPUs the
 /// process may use.
@@ -45,9 +46,15 @@ impl Placement {
 pub(crate) struct Accepting {
     ended: Vec<oneshot::Receiver<()>>,
     connections: Connections,
+    heartbeats: Arc<Heartbeats>,
 }
 
 impl Accepting {
+    /// The workers' heartbeats, each beating while its runtime turns.
+    pub(crate) fn heartbeats(&self) -> Arc<Heartbeats> {
+        Arc::clone(&self.heartbeats)
+    }
+
     /// Waits until every worker has stopped accepting, and returns the connections
     /// still open (their workers run until the last one ends).
     pub(crate) async fn stopped(self) -> Connections {
@@ -68,6 +75,10 @@ impl Server {
         stop: watch::Receiver<bool>,
     ) -> anyhow::Result<Accepting> {
         let connections = Connections::default();
+        let heartbeats = Arc::new(Heartbeats::new(
+            placement.workers(),
+            std::time::Instant::now(),
+        ));
         let mut per_worker: Vec<Vec<std::net::TcpListener>> =
             (0..placement.workers()).map(|_| Vec::new()).collect();
         for group in listeners {
@@ -91,13 +102,18 @@ impl Server {
                     server: Arc::clone(self),
                     stop: stop.clone(),
                     connections: connections.clone(),
+                    heartbeats: Arc::clone(&heartbeats),
                 };
                 worker
                     .spawn(sockets)
                     .with_context(|| format!("worker {index} (CPU {cpu})"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(Accepting { ended, connections })
+        Ok(Accepting {
+            ended,
+            connections,
+            heartbeats,
+        })
     }
 }
 
@@ -108,6 +124,7 @@ struct Worker {
     server: Arc<Server>,
     stop: watch::Receiver<bool>,
     connections: Connections,
+    heartbeats: Arc<Heartbeats>,
 }
 
 impl Worker {
@@ -163,8 +180,10 @@ impl Worker {
         Ok((runtime, listeners))
     }
 
-    /// Accepts until the stop signal, says so, then serves its connections to the end.
+    /// Accepts until the stop signal, says so, then serves its connections to the end;
+    /// beats its heartbeat all along.
     async fn serve(self, listeners: Vec<tokio::net::TcpListener>, ended: oneshot::Sender<()>) {
+        tokio::spawn(liveness::beat(Arc::clone(&self.heartbeats), self.index));
         let mut loops = tokio::task::JoinSet::new();
         for listener in listeners {
             loops.spawn(Arc::clone(&self.server).accept_loop(

@@ -233,10 +233,16 @@ impl Spool {
         }
     }
 
+    /// How long the writer's write or fsync in progress has waited at `now`, if past
+    /// `spool.stall_timeout`.
+    pub fn disk_stalled_for(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        self.shared.stalled(now)
+    }
+
     /// Whether the writer's write or fsync in progress has waited past
     /// `spool.stall_timeout`; logs the start and the end of a stall once each.
     fn disk_stalled(&self) -> bool {
-        let stalled = self.shared.stalled(std::time::Instant::now());
+        let stalled = self.disk_stalled_for(std::time::Instant::now());
         let logged = self
             .shared
             .stall_logged

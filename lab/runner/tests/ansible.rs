@@ -147,6 +147,9 @@ fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     let verify =
         machines[1].run("systemd-analyze verify edge.service edge-xdp.service bgp-agent.service");
     assert!(verify.is_ok(), "systemd-analyze verify: {verify:?}");
+    for machine in machines {
+        edge_pings_the_watchdog(machine);
+    }
     let announced = lab.wait_next_hops(2, Duration::from_secs(30));
     let outcomes = lab
         .load("ansible-site", 50, Duration::from_secs(4))
@@ -165,6 +168,34 @@ fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         machines.len() * COMMON_UNITS.len() + 3,
         announced.as_millis(),
         outcomes.len(),
+    );
+}
+
+/// The edge's unit is `Type=notify` with a watchdog, and systemd hears the pings through
+/// the unit's sandbox: the time of the last one moves on, and the edge has not been
+/// restarted.
+fn edge_pings_the_watchdog(machine: &Machine) {
+    let show = || {
+        machine
+            .run("systemctl show edge -p Type -p WatchdogUSec -p NRestarts -p WatchdogTimestampMonotonic")
+            .unwrap()
+    };
+    let before = show();
+    std::thread::sleep(Duration::from_millis(2500));
+    let after = show();
+    for line in ["Type=notify", "WatchdogUSec=30s", "NRestarts=0"] {
+        assert!(after.contains(line), "{}: {after}", machine.name);
+    }
+    let last_ping = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("WatchdogTimestampMonotonic="))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        last_ping(&after) > last_ping(&before) && last_ping(&before) > 0,
+        "{}: the edge's watchdog pings do not reach systemd: before {before}, after {after}",
+        machine.name
     );
 }
 

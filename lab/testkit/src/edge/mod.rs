@@ -40,6 +40,8 @@ pub struct Edge {
     pub fd_limit: Option<u64>,
     /// Times this edge moved to fresh ports because one was taken.
     port_retries: u32,
+    /// Environment variables the process gets besides the test's.
+    env: Vec<(String, String)>,
     spool: PathBuf,
 }
 
@@ -164,6 +166,7 @@ impl Edge {
             log: PathBuf::new(),
             fd_limit: None,
             port_retries: 0,
+            env: Vec::new(),
             spool: PathBuf::new(),
         };
         edge.spool = edge.dir.path().join("spool");
@@ -204,6 +207,12 @@ impl Edge {
         self.spawn();
     }
 
+    /// Gives the process `key=value` in its environment from its next start on (as
+    /// systemd's `NOTIFY_SOCKET`, `WATCHDOG_USEC`).
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.push((key.to_owned(), value.to_owned()));
+    }
+
     /// Starts the binary (again) on the same config and spool, and waits for /readyz.
     pub fn spawn(&mut self) {
         self.spawn_then(|_| {});
@@ -225,7 +234,8 @@ impl Edge {
             .args(["run", "--config"])
             .arg(&self.config)
             .stdout(Stdio::null())
-            .stderr(log);
+            .stderr(log)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         if let Some(limit) = self.fd_limit {
             use std::os::unix::process::CommandExt;
             // SAFETY: only an async-signal-safe setrlimit between fork and exec.
