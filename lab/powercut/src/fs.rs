@@ -182,7 +182,7 @@ impl Filesystem for PowerCutFs {
         reply: ReplyData,
     ) {
         let model = self.model();
-        if model.is_frozen() {
+        if model.read_fails(ino) {
             return reply.error(libc::EIO);
         }
         match model.read(ino, offset.max(0) as u64, size) {

@@ -4,7 +4,8 @@
 //! memory. On command it loses all of that, as a machine does when its power goes
 //! ([`PowerCut::cut`]), optionally tearing the last write at a 512-byte boundary; it can
 //! make `fsync` fail with EIO and drop what it was to write, as a kernel does after a
-//! writeback error ([`PowerCut::fail_fsyncs`]); and it can cut the power by itself at a
+//! writeback error ([`PowerCut::fail_fsyncs`]); it can fail every read of chosen files
+//! with EIO, as a bad sector does ([`PowerCut::fail_reads`]); and it can cut the power by itself at a
 //! chosen operation ([`PowerCut::arm`]): from then on every operation fails, until the
 //! test has stopped the program under test and called `cut`.
 //!
@@ -68,6 +69,12 @@ impl PowerCut {
     /// write is dropped.
     pub fn fail_fsyncs(&self, n: u32) {
         self.state().fail_fsyncs(n);
+    }
+
+    /// Every read of a file whose name contains `name_contains` fails with EIO, as on a
+    /// disk with a bad sector under it (`None`: reads work again).
+    pub fn fail_reads(&self, name_contains: Option<&str>) {
+        self.state().fail_reads(name_contains.map(str::to_owned));
     }
 
     /// Cuts the power by itself when `trigger` matches an operation: that operation and

@@ -74,6 +74,8 @@ pub(crate) struct Model {
     /// Orders changes across files: the newest unsynced write is the one a cut tears.
     next_change: u64,
     fail_fsyncs: u32,
+    /// Reads of files whose name contains this fail.
+    unreadable: Option<String>,
     trigger: Option<Trigger>,
     seen: HashMap<Op, u64>,
     matched: u64,
@@ -122,6 +124,7 @@ impl Model {
             next_ino: ROOT + 1,
             next_change: 0,
             fail_fsyncs: 0,
+            unreadable: None,
             trigger: None,
             seen: HashMap::new(),
             matched: 0,
@@ -136,6 +139,19 @@ impl Model {
 
     pub(crate) fn fail_fsyncs(&mut self, n: u32) {
         self.fail_fsyncs = n;
+    }
+
+    pub(crate) fn fail_reads(&mut self, name_contains: Option<String>) {
+        self.unreadable = name_contains;
+    }
+
+    /// Whether reads of `ino` fail: the power is out, or its name is one made unreadable.
+    pub(crate) fn read_fails(&self, ino: u64) -> bool {
+        self.frozen
+            || self
+                .unreadable
+                .as_ref()
+                .is_some_and(|name| self.name_of(ino).to_string_lossy().contains(name.as_str()))
     }
 
     pub(crate) fn is_frozen(&self) -> bool {
