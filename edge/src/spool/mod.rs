@@ -300,6 +300,7 @@ mod tests {
 
     use bytes::Bytes;
 
+    use super::reader::UNREADABLE_AFTER;
     use super::segments::{list_segments, segment_path};
     use super::*;
 
@@ -555,6 +556,57 @@ mod tests {
         assert_eq!(metrics.damaged_records.get(), 1);
         assert!(metrics.damaged_bytes.get() > 700);
         assert_eq!(reader.next_seq(), 21);
+        spool.close().await;
+    }
+
+    /// A sealed segment the disk will not read (here a directory in its place: every
+    /// read fails, as on a bad sector) is retried, then given up: its records are
+    /// reported lost and counted, every record after it is read, and once the checkpoint
+    /// passes it the file goes to quarantine, not away.
+    #[tokio::test]
+    async fn an_unreadable_segment_is_given_up_after_retries_and_quarantined() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let (spool, _) = open_with(&settings(dir.path()), metrics.clone());
+        for i in 0..20 {
+            spool.append(event(&format!("u{i}"), 700)).await.unwrap();
+        }
+        let segments = list_segments(dir.path()).unwrap();
+        assert!(segments.len() >= 4, "{segments:?}");
+        let (unreadable, next) = (segments[1].0, segments[2].0);
+        std::fs::remove_file(&segments[1].1).unwrap();
+        std::fs::create_dir(&segments[1].1).unwrap();
+
+        let mut reader = spool.reader();
+        let before = reader.read_batch(100).unwrap();
+        assert_eq!(
+            before.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..unreadable).collect::<Vec<_>>()
+        );
+        for _ in 1..UNREADABLE_AFTER {
+            assert!(reader.read_batch(100).is_err(), "retried, not given up yet");
+        }
+        let after = reader.read_batch(100).unwrap();
+        assert_eq!(after.lost, vec![unreadable..=next - 1]);
+        assert_eq!(metrics.damaged_records.get(), next - unreadable);
+        let rest = reader.read_batch(100).unwrap();
+        assert_eq!(
+            after
+                .records
+                .iter()
+                .chain(&rest.records)
+                .map(|r| r.seq)
+                .collect::<Vec<_>>(),
+            (next..=20).collect::<Vec<_>>()
+        );
+
+        spool.advance_checkpoint(20).await.unwrap();
+        let kept = quarantine::list(dir.path()).unwrap();
+        assert!(
+            kept.iter()
+                .any(|(path, _)| path.ends_with(segments[1].1.file_name().unwrap())),
+            "{kept:?}"
+        );
         spool.close().await;
     }
 

@@ -5,7 +5,10 @@
 //! It never stalls on damage: a frame that fails its check is skipped to where whole
 //! frames resume (`scan::resume_after`), the region is counted and logged, and every
 //! sequence number it never returns (damaged, or in a segment moved to quarantine) is
-//! reported as lost, so that delivery can account for it and go on.
+//! reported as lost, so that delivery can account for it and go on. A sealed segment
+//! the disk will not read (EIO on a bad sector) is given up after a few attempts: its
+//! unread records are lost, named and counted, and the file goes to quarantine once
+//! delivery passes it; the newest segment is not (the writer's own I/O decides there).
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -29,6 +32,11 @@ pub struct SpoolReader {
     /// The segment being read: its first sequence number, the offset of the next frame,
     /// and how its frames are checked.
     position: Option<(u64, u64, SegmentFormat)>,
+    /// The segment whose file was opened last (the one a failed read was in).
+    opened: Option<u64>,
+    /// Reads failed in a row at one place: the segment, the next sequence number, and
+    /// how many times.
+    failed_reads: Option<(u64, u64, u32)>,
 }
 
 /// What one read returns: durable records in order, and the sequence numbers skipped
@@ -49,6 +57,8 @@ impl SpoolReader {
             metrics,
             next_seq,
             position: None,
+            opened: None,
+            failed_reads: None,
         }
     }
 
@@ -62,13 +72,57 @@ impl SpoolReader {
     ///
     /// A failure after some records were read returns those records (the reader has
     /// moved past them, so dropping them would skip them for good); the failure comes
-    /// back on the next call if it lasts.
+    /// back on the next call if it lasts. The `UNREADABLE_AFTER`th failure in a row
+    /// in one sealed segment gives it up: the batch reports its unread records lost.
     pub fn read_batch(&mut self, max: usize) -> io::Result<Batch> {
         let mut batch = Batch::default();
         match self.fill(&mut batch, max) {
-            Err(e) if batch.records.is_empty() && batch.lost.is_empty() => Err(e),
-            _ => Ok(batch),
+            Err(e) if batch.records.is_empty() && batch.lost.is_empty() => {
+                self.give_up_if_unreadable(e, &mut batch)?;
+                Ok(batch)
+            }
+            _ => {
+                self.failed_reads = None;
+                Ok(batch)
+            }
         }
+    }
+
+    /// Counts a failed read; at the `UNREADABLE_AFTER`th in a row at the same place
+    /// in a sealed segment, moves past that segment and reports what was left unread
+    /// lost. Else the error goes back to the caller, who retries.
+    fn give_up_if_unreadable(&mut self, error: io::Error, batch: &mut Batch) -> io::Result<()> {
+        let Some(first) = self.opened else {
+            return Err(error);
+        };
+        if first == self.shared.durable_end().0 {
+            return Err(error);
+        }
+        let attempts = match self.failed_reads {
+            Some((segment, seq, n)) if segment == first && seq == self.next_seq => n + 1,
+            _ => 1,
+        };
+        self.failed_reads = Some((first, self.next_seq, attempts));
+        if attempts < UNREADABLE_AFTER {
+            return Err(error);
+        }
+        let Some(next) = list_segments(&self.shared.dir)?
+            .into_iter()
+            .map(|(f, _)| f)
+            .find(|f| *f > first)
+        else {
+            return Err(error);
+        };
+        let path = segment_path(&self.shared.dir, first);
+        tracing::error!(segment = %path.display(), %error, attempts, "spool segment unreadable: its unread records are lost, and it goes to quarantine once delivery passes it");
+        self.shared.mark_damaged(first);
+        if self.next_seq < next {
+            self.lost(batch, self.next_seq..=next - 1);
+            self.next_seq = next;
+        }
+        self.position = None;
+        self.failed_reads = None;
+        Ok(())
     }
 
     fn fill(&mut self, batch: &mut Batch, max: usize) -> io::Result<()> {
@@ -83,6 +137,7 @@ impl SpoolReader {
             };
             let (active_first, active_end) = self.shared.durable_end();
             let path = segment_path(&self.shared.dir, first);
+            self.opened = Some(first);
             let mut file = File::open(&path)?;
             let file_len = file.metadata()?.len();
             let end = if first == active_first {
@@ -187,21 +242,27 @@ impl SpoolReader {
 
     /// The segment that holds `next_seq` (the newest whose first sequence is not after
     /// it), at its first frame.
-    fn locate(&self) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
-        let segments = list_segments(&self.shared.dir)?;
-        let holding = segments
-            .iter()
-            .rev()
-            .find(|(first, _)| *first <= self.next_seq)
-            .or(segments.first());
-        match holding {
-            Some((first, _)) => self.start_of(*first),
+    fn locate(&mut self) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
+        match self.holding()? {
+            Some(first) => self.start_of(first),
             None => Ok(None),
         }
     }
 
+    /// The first sequence number of the newest segment whose first is not after
+    /// `next_seq` (else the oldest segment).
+    fn holding(&self) -> io::Result<Option<u64>> {
+        let segments = list_segments(&self.shared.dir)?;
+        Ok(segments
+            .iter()
+            .rev()
+            .find(|(first, _)| *first <= self.next_seq)
+            .or(segments.first())
+            .map(|(first, _)| *first))
+    }
+
     /// The segment after `first`, at its first frame.
-    fn segment_after(&self, first: u64) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
+    fn segment_after(&mut self, first: u64) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
         let segments = list_segments(&self.shared.dir)?;
         match segments.into_iter().map(|(f, _)| f).find(|f| *f > first) {
             Some(next) => self.start_of(next),
@@ -212,8 +273,9 @@ impl SpoolReader {
     /// Where the frames of segment `first` start, from its header. A header damaged
     /// since recovery makes the whole segment unreadable: its records are lost, counted
     /// when the reader reaches the next one.
-    fn start_of(&self, first: u64) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
+    fn start_of(&mut self, first: u64) -> io::Result<Option<(u64, u64, SegmentFormat)>> {
         let path = segment_path(&self.shared.dir, first);
+        self.opened = Some(first);
         let mut start = Vec::new();
         File::open(&path)?
             .take(HEADER_READ)
@@ -262,5 +324,8 @@ fn read_frame(
 }
 
 const READ_BUFFER: usize = 256 * 1024;
+/// Failed reads in a row at one place of a sealed segment before it is given up (the
+/// backhaul retries a failed read once a second).
+pub(super) const UNREADABLE_AFTER: u32 = 3;
 /// Enough of a segment to read its header, or to find its seed again from its frames.
 const HEADER_READ: u64 = 2 << 20;
