@@ -82,6 +82,7 @@ fn ansible_syntax_and_lint() {
     let syntax = run_ok(
         Command::new(bin.join("ansible-playbook"))
             .current_dir(&ansible)
+            .env("ANSIBLE_VAULT_PASSWORD_FILE", lab_vault_password())
             .arg("--syntax-check")
             .args(PLAYBOOKS),
     );
@@ -92,6 +93,7 @@ fn ansible_syntax_and_lint() {
     );
     let lint = Command::new(bin.join("ansible-lint"))
         .current_dir(&ansible)
+        .env("ANSIBLE_VAULT_PASSWORD_FILE", lab_vault_password())
         .env(
             "PATH",
             format!(
@@ -123,8 +125,15 @@ fn ansible_syntax_and_lint() {
 /// `site.yml` on fresh machines: every unit active, two ECMP paths at the router, signed
 /// webhooks to the anycast address acknowledged and every one at the origin.
 fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
-    let run = fleet.playbook("site.yml", &[] as &[&str]);
+    let run = fleet.playbook("site.yml", &["-v", "--diff"]);
     run.assert_ok();
+    let secrets = fleet.lab_secrets();
+    for secret in &secrets {
+        assert!(
+            !run.output.contains(secret.as_str()),
+            "a secret of the lab's vault or ticket keys is in site.yml's -v --diff output"
+        );
+    }
     for machine in machines {
         let speaker: &[&str] = if machine.name == "pop-a" {
             &["exabgp"]
@@ -1052,6 +1061,22 @@ impl Fleet {
             .is_ok_and(|s| s.success())
     }
 
+    /// Every secret a site run handles: the values in the lab's vault and the fleet's
+    /// ticket keys.
+    fn lab_secrets(&self) -> Vec<String> {
+        let vault = run_ok(
+            Command::new(self.ansible_bin.join("ansible-vault"))
+                .current_dir(self.repo.join("ansible"))
+                .env("ANSIBLE_VAULT_PASSWORD_FILE", lab_vault_password())
+                .args(["view", "inventory/group_vars/pops/vault.yml"]),
+        );
+        let mut secrets = Vec::new();
+        string_leaves(&serde_yaml::from_str(&vault).unwrap(), &mut secrets);
+        secrets.extend(self.controller_ticket_keys());
+        assert!(secrets.len() >= 4, "the lab's vault holds its secrets");
+        secrets
+    }
+
     /// The controller's ticket keys, which must be kept ansible-vault encrypted.
     fn controller_ticket_keys(&self) -> Vec<String> {
         let file = self.dir.join("tickets.keys");
@@ -1064,6 +1089,7 @@ impl Fleet {
         run_ok(
             Command::new(self.ansible_bin.join("ansible-vault"))
                 .current_dir(self.repo.join("ansible"))
+                .env("ANSIBLE_VAULT_PASSWORD_FILE", lab_vault_password())
                 .arg("view")
                 .arg(&file),
         )
@@ -1091,6 +1117,8 @@ impl Fleet {
             // ssh's shared connections are per run: a stale master from an earlier
             // run's machine at the same address would swallow this one's commands.
             .env("ANSIBLE_SSH_CONTROL_PATH_DIR", self.dir.join("ssh-control"))
+            // The lab's vault password, named for the lab's runs only (not in ansible.cfg).
+            .env("ANSIBLE_VAULT_PASSWORD_FILE", lab_vault_password())
             .args(["-i", "inventory/example.yml", "-i"])
             .arg(self.dir.join("connection.yml"))
             .arg("-e")
@@ -1104,6 +1132,14 @@ impl Fleet {
             .args(["-e", "apt_update_cache=false"])
             // The controller (on the host) cannot reach the lab's Prometheus; the PoPs can.
             .args(["-e", "rollout_query_from=pop-b"])
+            // It reaches the lab's origin from the client's namespace, as it reaches the PoPs.
+            .arg("-e")
+            .arg(
+                serde_json::json!({
+                    "origin_admin_command": ["ip", "netns", "exec", "lab-client", testkit::edge::edge_bin()]
+                })
+                .to_string(),
+            )
             .arg("-e")
             .arg(format!("rollout_soak_seconds={}", GATE_SOAK.as_secs()))
             .arg(playbook)
@@ -1230,6 +1266,21 @@ fn build_broken_package(fleet: &Fleet) -> (PathBuf, String) {
 }
 
 /// An ssh ProxyCommand from the controller's address.
+/// Every string in `value`, at any depth.
+fn string_leaves(value: &serde_yaml::Value, out: &mut Vec<String>) {
+    match value {
+        serde_yaml::Value::String(text) if !text.trim().is_empty() => out.push(text.clone()),
+        serde_yaml::Value::Sequence(items) => items.iter().for_each(|v| string_leaves(v, out)),
+        serde_yaml::Value::Mapping(map) => map.values().for_each(|v| string_leaves(v, out)),
+        _ => {}
+    }
+}
+
+/// The lab's vault password file: named by the lab's runs, never by ansible.cfg.
+fn lab_vault_password() -> PathBuf {
+    repo().join("ansible/inventory/lab-vault-password")
+}
+
 fn controller_ssh_proxy() -> String {
     format!("ip netns exec lab-client nc -s {CONTROLLER_ADDR} %h %p")
 }
