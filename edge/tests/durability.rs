@@ -147,21 +147,7 @@ async fn bit_rot_costs_only_the_damaged_records_and_never_stalls_delivery() {
     edge.edit_config(|text| format!("{text}{}", backhaul(&nats)));
     edge.spawn();
     let client = client(&edge, false);
-    let mut ids = HashMap::new();
-    for i in 0..ROT_EVENTS {
-        let id = format!("rot-{i:04}");
-        let body = format!(
-            r#"{{"n":{i},"pad":"{}"}}"#,
-            "r".repeat(10_000 + i * 7 % 900)
-        );
-        let sent = github_post(&client, &edge, &id, body.as_bytes())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(sent.status(), 202);
-        let answer: serde_json::Value = sent.json().await.unwrap();
-        ids.insert(answer["seq"].as_u64().unwrap(), id);
-    }
+    let ids = post_stored(&client, &edge, "rot", ROT_EVENTS, |i| 10_000 + i * 7 % 900).await;
     edge.kill9();
 
     let segments = segment_files(&edge.spool_dir());
@@ -276,18 +262,7 @@ async fn an_unreadable_segment_costs_only_its_records_and_delivery_goes_on() {
     edge.edit_config(|text| format!("{text}{}  max_in_flight: 2\n", backhaul(&nats)));
     edge.spawn();
     let client = client(&edge, false);
-    let mut ids = HashMap::new();
-    for i in 0..50 {
-        let id = format!("eio-{i:03}");
-        let body = format!(r#"{{"n":{i},"pad":"{}"}}"#, "e".repeat(60_000));
-        let sent = github_post(&client, &edge, &id, body.as_bytes())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(sent.status(), 202);
-        let answer: serde_json::Value = sent.json().await.unwrap();
-        ids.insert(answer["seq"].as_u64().unwrap(), id);
-    }
+    let ids = post_stored(&client, &edge, "eio", 50, |_| 60_000).await;
     let segments = segment_files(&edge.spool_dir());
     assert!(
         segments.len() >= 3,
@@ -555,6 +530,30 @@ fn pick_trigger(rng: &mut Rng) -> (&'static str, Trigger) {
         nth: 1 + rng.next() % most,
     };
     (label, trigger)
+}
+
+/// Posts `count` GitHub events one after another, the `i`th padded to about `pad(i)`
+/// bytes, each answered 202; returns their ids by the sequence number each is stored under.
+async fn post_stored(
+    client: &reqwest::Client,
+    edge: &Edge,
+    prefix: &str,
+    count: usize,
+    pad: impl Fn(usize) -> usize,
+) -> HashMap<u64, String> {
+    let mut ids = HashMap::new();
+    for i in 0..count {
+        let id = format!("{prefix}-{i:04}");
+        let body = format!(r#"{{"n":{i},"pad":"{}"}}"#, "p".repeat(pad(i)));
+        let sent = github_post(client, edge, &id, body.as_bytes())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(sent.status(), 202);
+        let answer: serde_json::Value = sent.json().await.unwrap();
+        ids.insert(answer["seq"].as_u64().unwrap(), id);
+    }
+    ids
 }
 
 fn backhaul(nats: &Nats) -> String {
