@@ -21,6 +21,7 @@ pub mod scan;
 mod segments;
 mod shared;
 mod spare;
+mod thread_batches;
 mod writer;
 
 use std::collections::{BTreeSet, HashMap};
@@ -41,12 +42,14 @@ pub use recovery::RecoveryReport;
 pub(crate) use segments::new_segment_format;
 
 use shared::Shared;
+use thread_batches::ThreadBatches;
 
 use crate::config::SpoolSettings;
 
 /// Handle to the spool; cheap to share behind an `Arc`.
 pub struct Spool {
     commands: mpsc::UnboundedSender<writer::Command>,
+    batches: Arc<ThreadBatches>,
     shared: Arc<Shared>,
     /// The first record whose origin key is scoped to its route (`origin_keys`).
     scoped_keys_from: u64,
@@ -104,6 +107,7 @@ impl Spool {
         );
         let task = tokio::spawn(tracing::Instrument::in_current_span(writer.run(rx)));
         let spool = Spool {
+            batches: Arc::new(ThreadBatches::new(commands.clone(), Arc::clone(&shared))),
             commands,
             shared,
             scoped_keys_from,
@@ -126,22 +130,10 @@ impl Spool {
     /// Stores the event; resolves once it is durable (or known to be a duplicate of a
     /// durable one).
     pub async fn append(&self, event: NewEvent) -> Result<Appended, AppendError> {
-        let (reply, answer) = oneshot::channel();
-        let body_bytes = event.body.len() as u64;
         self.shared
             .queued_bytes
-            .fetch_add(body_bytes, Ordering::AcqRel);
-        if self
-            .commands
-            .send(writer::Command::Append(event, reply))
-            .is_err()
-        {
-            self.shared
-                .queued_bytes
-                .fetch_sub(body_bytes, Ordering::AcqRel);
-            return Err(AppendError::Closed);
-        }
-        answer.await.map_err(|_| AppendError::Closed)?
+            .fetch_add(event.body.len() as u64, Ordering::AcqRel);
+        self.batches.append(event).await
     }
 
     /// Whether the bodies waiting for the writer (its queue and the batch on disk) hold

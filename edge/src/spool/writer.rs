@@ -34,7 +34,11 @@ use crate::event::mac_of_key;
 use edge_kit::log_throttle::LogThrottle;
 
 pub(super) enum Command {
-    Append(NewEvent, oneshot::Sender<Result<Appended, AppendError>>),
+    /// A thread's batch of appends (`thread_batches`), answered in their order.
+    Append(
+        Vec<NewEvent>,
+        oneshot::Sender<Vec<Result<Appended, AppendError>>>,
+    ),
     Checkpoint(u64, oneshot::Sender<std::io::Result<()>>),
     /// Each route's de-duplication window after a reload (routes added or resized).
     Windows(HashMap<String, usize>),
@@ -126,9 +130,9 @@ impl Writer {
             let mut shutdown = false;
             for command in queued.drain(..) {
                 match command {
-                    Command::Append(event, reply) => {
-                        events.push(event);
-                        replies.push(reply);
+                    Command::Append(batch, reply) => {
+                        replies.push((reply, batch.len()));
+                        events.extend(batch);
                     }
                     Command::Checkpoint(seq, reply) => checkpoints.push((seq, reply)),
                     Command::Windows(windows) => writer.set_windows(windows),
@@ -160,8 +164,9 @@ impl Writer {
                 .shared
                 .queued_bytes
                 .fetch_sub(batch_body_bytes, Ordering::AcqRel);
-            for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                let _ = reply.send(outcome);
+            let mut outcomes = outcomes.into_iter();
+            for (reply, appends) in replies {
+                let _ = reply.send(outcomes.by_ref().take(appends).collect());
             }
             for ((_, reply), result) in checkpoints.into_iter().zip(checkpointed) {
                 let _ = reply.send(result);
@@ -180,13 +185,13 @@ impl Writer {
         queued: &mut Vec<Command>,
     ) {
         let started = Instant::now();
-        while let Next::Wait { until, room } =
-            self.group.next(queued.len(), started, Instant::now())
-        {
+        let mut appends = appends_in(queued);
+        while let Next::Wait { until, room } = self.group.next(appends, started, Instant::now()) {
             let until = tokio::time::Instant::from_std(until);
+            let taken = queued.len();
             match tokio::time::timeout_at(until, commands.recv_many(queued, room)).await {
                 Ok(0) | Err(_) => return,
-                Ok(_) => {}
+                Ok(_) => appends += appends_in(&queued[taken..]),
             }
         }
     }
@@ -563,6 +568,17 @@ impl Writer {
 
 fn is_disk_full(error: &std::io::Error) -> bool {
     matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// How many appends the commands carry.
+fn appends_in(commands: &[Command]) -> usize {
+    commands
+        .iter()
+        .map(|command| match command {
+            Command::Append(batch, _) => batch.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// How often a checkpoint measures `dead-letter/` and `quarantine/` again.
