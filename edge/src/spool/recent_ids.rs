@@ -16,13 +16,27 @@ use crate::event::{id_of_key, mac_of_key};
 #[derive(Debug)]
 pub(crate) struct RecentIds {
     capacity: usize,
-    order: VecDeque<Arc<str>>,
-    seq_by_id: HashMap<Arc<str>, u64>,
+    order: VecDeque<Remembered>,
+    seq_by_id: HashMap<Arc<str>, u64, Hasher>,
     /// How many keys in the window carry each unsigned provider id.
-    keys_by_unsigned_id: HashMap<Arc<str>, u32>,
+    keys_by_unsigned_id: HashMap<Arc<str>, u32, Hasher>,
     /// For each signature beside an unsigned id in the window (its 128 bits): the
     /// sequence number of the first key that carried it, and how many keys carry it.
-    by_mac: HashMap<u128, (u64, u32)>,
+    by_mac: HashMap<u128, (u64, u32), Hasher>,
+}
+
+/// Keys come only from verified deliveries and each table is seeded at random, so a
+/// fast hash is enough (SipHash was a tenth of the writer's time per record).
+type Hasher = foldhash::fast::RandomState;
+
+/// A key in the window with what `insert` read from it, so that forgetting it (once
+/// per record stored, when the window is full) parses nothing again.
+#[derive(Debug)]
+struct Remembered {
+    key: Arc<str>,
+    /// The unsigned provider id, where the key carries a body's signature beside one.
+    unsigned_id: Option<Arc<str>>,
+    mac: Option<u128>,
 }
 
 impl RecentIds {
@@ -30,9 +44,9 @@ impl RecentIds {
         Self {
             capacity: capacity.max(1),
             order: VecDeque::new(),
-            seq_by_id: HashMap::new(),
-            keys_by_unsigned_id: HashMap::new(),
-            by_mac: HashMap::new(),
+            seq_by_id: HashMap::default(),
+            keys_by_unsigned_id: HashMap::default(),
+            by_mac: HashMap::default(),
         }
     }
 
@@ -77,34 +91,39 @@ impl RecentIds {
         }
         let key: Arc<str> = Arc::from(id);
         let unsigned_id = id_of_key(&key);
-        if unsigned_id.len() != key.len() {
+        let unsigned_id = (unsigned_id.len() != key.len()).then(|| Arc::from(unsigned_id));
+        if let Some(unsigned_id) = &unsigned_id {
             *self
                 .keys_by_unsigned_id
-                .entry(Arc::from(unsigned_id))
+                .entry(Arc::clone(unsigned_id))
                 .or_default() += 1;
         }
-        if let Some(mac) = mac_bits(&key) {
+        let mac = mac_bits(&key);
+        if let Some(mac) = mac {
             self.by_mac.entry(mac).or_insert((seq, 0)).1 += 1;
         }
-        self.order.push_back(Arc::clone(&key));
-        self.seq_by_id.insert(key, seq);
+        self.seq_by_id.insert(Arc::clone(&key), seq);
+        self.order.push_back(Remembered {
+            key,
+            unsigned_id,
+            mac,
+        });
     }
 
     fn forget_oldest(&mut self) {
         let Some(oldest) = self.order.pop_front() else {
             return;
         };
-        self.seq_by_id.remove(&oldest);
-        let unsigned_id = id_of_key(&oldest);
-        if unsigned_id.len() != oldest.len()
-            && let Some(keys) = self.keys_by_unsigned_id.get_mut(unsigned_id)
+        self.seq_by_id.remove(&oldest.key);
+        if let Some(unsigned_id) = oldest.unsigned_id
+            && let Some(keys) = self.keys_by_unsigned_id.get_mut(&unsigned_id)
         {
             *keys -= 1;
             if *keys == 0 {
-                self.keys_by_unsigned_id.remove(unsigned_id);
+                self.keys_by_unsigned_id.remove(&unsigned_id);
             }
         }
-        if let Some(mac) = mac_bits(&oldest)
+        if let Some(mac) = oldest.mac
             && let Some((_, keys)) = self.by_mac.get_mut(&mac)
         {
             *keys -= 1;
