@@ -130,9 +130,6 @@ impl Spool {
     /// Stores the event; resolves once it is durable (or known to be a duplicate of a
     /// durable one).
     pub async fn append(&self, event: NewEvent) -> Result<Appended, AppendError> {
-        self.shared
-            .queued_bytes
-            .fetch_add(event.body.len() as u64, Ordering::AcqRel);
         self.batches.append(event).await
     }
 

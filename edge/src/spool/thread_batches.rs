@@ -35,8 +35,12 @@ impl ThreadBatches {
 
     /// Adds `event` to this thread's batch; resolves with its outcome. The first append
     /// of a batch spawns the task that sends it, after the other tasks ready in this
-    /// turn of the runtime had their chance to join.
+    /// turn of the runtime had their chance to join. The body counts as queued (see
+    /// `Spool::queue_full`) until the writer has committed it.
     pub(super) async fn append(self: &Arc<Self>, event: NewEvent) -> Result<Appended, AppendError> {
+        self.shared
+            .queued_bytes
+            .fetch_add(event.body.len() as u64, Ordering::AcqRel);
         let (reply, answer) = oneshot::channel();
         let stripe = thread_stripe();
         let first = {
@@ -86,3 +90,124 @@ fn thread_stripe() -> usize {
 }
 
 const STRIPES: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::config::SpoolSettings;
+    use crate::spool::{Spool, SpoolMetrics};
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_appends_of_one_turn_go_to_the_writer_as_one_message() {
+        let (_dir, spool) = spool();
+        let (batches, mut writer) = batches(&spool);
+        let appends: Vec<_> = (0..5)
+            .map(|i| tokio::spawn(append(&batches, &format!("e{i}"))))
+            .collect();
+        let (events, reply) = next_batch(&mut writer).await;
+        assert_eq!(ids(&events), ["e0", "e1", "e2", "e3", "e4"]);
+        assert_eq!(queued(&spool), 5 * BODY, "bodies count until committed");
+        reply
+            .send((1..=5).map(|seq| Ok(Appended::Stored { seq })).collect())
+            .unwrap();
+        for (seq, append) in (1..=5).zip(appends) {
+            assert_eq!(append.await.unwrap(), Ok(Appended::Stored { seq }));
+        }
+        assert!(writer.try_recv().is_err(), "one message for the five");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_batch_goes_even_if_the_append_that_began_it_is_cancelled() {
+        let (_dir, spool) = spool();
+        let (batches, mut writer) = batches(&spool);
+        let first = tokio::spawn(append(&batches, "gone"));
+        let second = tokio::spawn(append(&batches, "stays"));
+        tokio::task::yield_now().await;
+        first.abort();
+        let (events, reply) = next_batch(&mut writer).await;
+        assert_eq!(ids(&events), ["gone", "stays"]);
+        reply
+            .send(vec![
+                Ok(Appended::Stored { seq: 1 }),
+                Ok(Appended::Stored { seq: 2 }),
+            ])
+            .unwrap();
+        assert_eq!(second.await.unwrap(), Ok(Appended::Stored { seq: 2 }));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn without_a_writer_an_append_is_refused_and_its_body_no_longer_counts() {
+        let (_dir, spool) = spool();
+        let (batches, writer) = batches(&spool);
+        drop(writer);
+        assert_eq!(append(&batches, "e").await, Err(AppendError::Closed));
+        assert_eq!(queued(&spool), 0);
+    }
+
+    fn spool() -> (tempfile::TempDir, Spool) {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = SpoolSettings {
+            dir: dir.path().to_owned(),
+            max_bytes: 1 << 20,
+            segment_bytes: 4096,
+            max_batch_delay: Duration::ZERO,
+            high_water: 0.9,
+            stall_timeout: Duration::from_secs(5),
+            max_queued_bytes: 64 << 20,
+            sync_delay: Duration::ZERO,
+            preallocate: false,
+        };
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let (spool, _) = Spool::open(&settings, "pop1", HashMap::new(), metrics).unwrap();
+        (dir, spool)
+    }
+
+    /// Batches in front of a writer the test plays (the spool's own is never sent to).
+    fn batches(spool: &Spool) -> (Arc<ThreadBatches>, mpsc::UnboundedReceiver<Command>) {
+        let (commands, writer) = mpsc::unbounded_channel();
+        let batches = ThreadBatches::new(commands, Arc::clone(&spool.shared));
+        (Arc::new(batches), writer)
+    }
+
+    fn append(
+        batches: &Arc<ThreadBatches>,
+        id: &str,
+    ) -> impl Future<Output = Result<Appended, AppendError>> + use<> {
+        let batches = Arc::clone(batches);
+        let event = NewEvent {
+            received_ms: 1,
+            early: false,
+            route: Arc::from("r"),
+            event_id: id.to_owned(),
+            headers: Vec::new(),
+            body: Bytes::from(vec![b'b'; BODY as usize]),
+        };
+        async move { batches.append(event).await }
+    }
+
+    type BatchReply = oneshot::Sender<Vec<Result<Appended, AppendError>>>;
+
+    async fn next_batch(
+        writer: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> (Vec<NewEvent>, BatchReply) {
+        match tokio::time::timeout(Duration::from_secs(5), writer.recv()).await {
+            Ok(Some(Command::Append(events, reply))) => (events, reply),
+            _ => panic!("expected a batch of appends"),
+        }
+    }
+
+    fn ids(events: &[NewEvent]) -> Vec<&str> {
+        events.iter().map(|e| e.event_id.as_str()).collect()
+    }
+
+    fn queued(spool: &Spool) -> u64 {
+        spool.shared.queued_bytes.load(Ordering::Acquire)
+    }
+
+    const BODY: u64 = 10;
+}
