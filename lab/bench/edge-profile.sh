@@ -6,6 +6,8 @@
 # that names a stage (lab/bench/profile_stages.py). Sampling slows the edge, so its CPU
 # time per request is taken in a window before perf starts; the samples give the shares.
 # Prints µs per request per stage; STACKS_OUT=FILE also keeps the samples' stacks.
+# With PIN=0 the edge (one worker per CPU) and wrk -t2 share both CPUs, as in the
+# whole-machine comparison.
 #   PERF_SECONDS=6 EDGE=target/release/edge lab/bench/edge-profile.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +20,11 @@ bench_prepare profile
 bench_identity "$work"
 bench_edge_yaml ""
 
-bench_pin
+if [ "${PIN:-1}" = 1 ]; then
+    bench_pin
+else
+    server_cpu=() client_cpu=() THREADS=2
+fi
 "${server_cpu[@]}" "$EDGE" run --config "$work/edge.yaml" 2>"$work/edge.log" &
 edge_pid=$!
 bench_pids+=("$edge_pid")
@@ -34,7 +40,7 @@ sleep 2
 stored0=$(bench_stored) ticks0=$(cpu_ticks "$edge_pid")
 sleep "$PERF_SECONDS"
 stored1=$(bench_stored) ticks1=$(cpu_ticks "$edge_pid")
-taskset -c 1 perf record -F 999 -g --call-graph dwarf,8192 -p "$edge_pid" -o "$work/perf.data" \
+"${client_cpu[@]}" perf record -F 999 -g --call-graph dwarf,8192 -p "$edge_pid" -o "$work/perf.data" \
     -- sleep "$PERF_SECONDS" >/dev/null 2>&1
 wait "$wrk_pid"
 
