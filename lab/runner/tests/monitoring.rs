@@ -1,7 +1,8 @@
 //! The monitoring role's Prometheus rules and dashboard, as `promtool` (Debian's
 //! prometheus package, which lab/setup.sh installs) sees them: `check rules` clean, the
-//! unit tests pass, every alert has a test in which it fires, and every dashboard query
-//! parses. (The lab scenarios run the dashboard's queries against the lab's Prometheus.)
+//! unit tests pass, every alert has a test in which it fires and a runbook section its
+//! `runbook_url` points at, and every dashboard query parses. (The lab scenarios run the
+//! dashboard's queries against the lab's Prometheus.)
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"
@@ -48,6 +49,50 @@ fn alert_rules_are_valid_and_every_alert_fires_in_a_passing_unit_test() {
 }
 
 #[test]
+fn every_alert_links_its_own_section_of_the_runbook() {
+    let runbook = std::fs::read_to_string(role().join("RUNBOOK.md")).expect("RUNBOOK.md");
+    let sections: BTreeSet<String> = runbook
+        .lines()
+        .filter_map(|line| line.strip_prefix("## "))
+        .map(|heading| heading.trim().to_lowercase())
+        .collect();
+    let rules = yaml(&role().join("files/webhook-edge.rules.yml"));
+    let mut linked = 0;
+    for rule in rules["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|group| group["rules"].as_sequence().unwrap())
+    {
+        let Some(alert) = rule["alert"].as_str() else {
+            continue;
+        };
+        let url = rule["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{alert} has no runbook_url"));
+        let anchor = url
+            .strip_prefix(RUNBOOK_URL)
+            .unwrap_or_else(|| panic!("{alert}: runbook_url {url} is not in {RUNBOOK_URL}"));
+        assert_eq!(
+            anchor,
+            alert.to_lowercase(),
+            "{alert} links another alert's section"
+        );
+        assert!(
+            sections.contains(anchor),
+            "{alert}: RUNBOOK.md has no section `## {alert}`"
+        );
+        linked += 1;
+    }
+    assert_eq!(
+        linked,
+        sections.len(),
+        "one runbook section per alert, none for an alert that is gone"
+    );
+    println!("monitoring: {linked} alerts, each with its runbook section");
+}
+
+#[test]
 fn every_dashboard_query_is_valid_promql() {
     let dashboard = Dashboard::load(&Dashboard::file()).unwrap();
     // As recording rules, so that promtool parses each expression (JSON is YAML).
@@ -91,3 +136,7 @@ fn promtool(command: &[&str], file: &Path) {
 fn yaml(path: &Path) -> serde_yaml::Value {
     serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// Where every alert's `runbook_url` points, up to the section's anchor (GitHub's: the
+/// heading in lower case).
+const RUNBOOK_URL: &str = "ansible/roles/monitoring/RUNBOOK.md#";
