@@ -516,6 +516,25 @@ fn check_config_names_the_file_and_field() {
         "{stderr}"
     );
 
+    // Three fields of the wrong type: all three named in one run, each once.
+    let three = dir.path().join("three.yaml");
+    let text = config(dir.path(), 1, 2, "  max_bytes: lots", "")
+        .replacen("listen: [", "listen: [\"nope\", ", 1)
+        .replacen("admin_listen: 127.0.0.1:2", "admin_listen: nope2", 1);
+    std::fs::write(&three, text).unwrap();
+    let output = Command::new(edge_bin())
+        .args(["check-config", "--config"])
+        .arg(&three)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for field in ["listen[0]", "admin_listen", "spool.max_bytes"] {
+        let named = format!("{}: {field}: ", three.display());
+        assert_eq!(stderr.matches(&named).count(), 1, "{field} once:\n{stderr}");
+        assert!(!stderr.contains(&format!("{field}: {field}:")), "{stderr}");
+    }
+
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, config(dir.path(), 1, 2, "", "")).unwrap();
     let output = Command::new(edge_bin())

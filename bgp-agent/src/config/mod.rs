@@ -97,7 +97,7 @@ impl Settings {
     /// Parses and validates YAML text: the first error that stops parsing, or every
     /// rule the parsed file breaks.
     pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
-        edge_kit::config_file::parse_yaml::<RawSettings>(text)?.validate()
+        edge_kit::config_file::parse_yaml(text, RawSettings::validate)
     }
 
     /// The file whose presence means "drained" (written by `bgp-agent drain`).

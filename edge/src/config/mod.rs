@@ -87,7 +87,7 @@ pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
 
 /// [`parse`], with `secrets_file`s looked for where `files` says.
 pub fn parse_with(text: &str, files: &SecretFiles) -> Result<Settings, Vec<FieldError>> {
-    edge_kit::config_file::parse_yaml::<RawConfig>(text)?.validate(files)
+    edge_kit::config_file::parse_yaml(text, |raw: RawConfig| raw.validate(files))
 }
 
 /// The settings of `new` (a config file as YAML) that differ from `running` and change

@@ -69,7 +69,7 @@ impl Settings {
 
     /// Parses and validates YAML text; errors are every field found wrong.
     pub fn parse(text: &str) -> Result<Settings, Vec<FieldError>> {
-        edge_kit::config_file::parse_yaml::<RawSettings>(text)?.validate()
+        edge_kit::config_file::parse_yaml(text, RawSettings::validate)
     }
 }
 
