@@ -1,6 +1,7 @@
 //! The real `edge` binary on loopback, driven over HTTPS (h1 and h2, reqwest and curl):
 //! every answer the webhook path gives, de-duplication, metrics, drain and shutdown.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -497,42 +498,39 @@ async fn sigterm_drains_then_exits_cleanly() {
 #[test]
 fn check_config_names_the_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.yaml");
-    let text = config(dir.path(), 1, 2, "", "")
-        .replace(r#"secrets: ["gh-secret", "gh-old-secret"]"#, "secrets: []");
-    std::fs::write(&path, text).unwrap();
-    let output = Command::new(edge_bin())
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (path, refusal) = check_config(
+        dir.path(),
+        "bad.yaml",
+        config(dir.path(), 1, 2, "", "")
+            .replace(r#"secrets: ["gh-secret", "gh-old-secret"]"#, "secrets: []"),
+    );
     assert!(
-        stderr.contains(&format!(
+        refusal.contains(&format!(
             "{}: routes[0].secrets: must not be empty",
             path.display()
         )),
-        "{stderr}"
+        "{refusal}"
     );
 
     // Three fields of the wrong type: all three named in one run, each once.
-    let three = dir.path().join("three.yaml");
-    let text = config(dir.path(), 1, 2, "  max_bytes: lots", "")
-        .replacen("listen: [", "listen: [\"nope\", ", 1)
-        .replacen("admin_listen: 127.0.0.1:2", "admin_listen: nope2", 1);
-    std::fs::write(&three, text).unwrap();
-    let output = Command::new(edge_bin())
-        .args(["check-config", "--config"])
-        .arg(&three)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (path, refusal) = check_config(
+        dir.path(),
+        "three.yaml",
+        config(dir.path(), 1, 2, "  max_bytes: lots", "")
+            .replacen("listen: [", "listen: [\"nope\", ", 1)
+            .replacen("admin_listen: 127.0.0.1:2", "admin_listen: nope2", 1),
+    );
     for field in ["listen[0]", "admin_listen", "spool.max_bytes"] {
-        let named = format!("{}: {field}: ", three.display());
-        assert_eq!(stderr.matches(&named).count(), 1, "{field} once:\n{stderr}");
-        assert!(!stderr.contains(&format!("{field}: {field}:")), "{stderr}");
+        let named = format!("{}: {field}: ", path.display());
+        assert_eq!(
+            refusal.matches(&named).count(),
+            1,
+            "{field} once:\n{refusal}"
+        );
+        assert!(
+            !refusal.contains(&format!("{field}: {field}:")),
+            "{refusal}"
+        );
     }
 
     let good = dir.path().join("good.yaml");
@@ -549,4 +547,18 @@ fn check_config_names_the_file_and_field() {
     );
     let version = Command::new(edge_bin()).arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&version.stdout).starts_with("edge "));
+}
+
+/// `edge check-config` on `text` written to `name` in `dir`: the file, and what it
+/// printed when it refused the file (it must).
+fn check_config(dir: &Path, name: &str, text: String) -> (PathBuf, String) {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    let output = Command::new(edge_bin())
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{name} must be refused");
+    (path, String::from_utf8_lossy(&output.stderr).into_owned())
 }
