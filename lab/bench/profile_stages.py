@@ -19,6 +19,9 @@ STAGES = [
     ("TLS records (AES-GCM, rustls)", r"aws_lc|aes_|_aesni|gcm|ghash|^rustls::|^edge::tls::"),
     ("HTTP parse/encode (hyper)", r"^(hyper|httparse|http|hyper_util)::|^edge::http::"),
     ("TCP send/recv (kernel, loopback)", r"tcp_|__sys_sendto|__sys_recvfrom|sock_|inet_|ip_|__dev_queue|net_rx|skb|__x64_sys_(sendto|recvfrom)"),
+    # The request handler is inlined into the poll of the timeout around it: its own
+    # work, not the scheduler's.
+    ("edge request handling (other)", r"^tokio::time::timeout::Timeout$"),
     ("wake-ups, hand-offs, scheduler", r"futex|schedule|finish_task_switch|try_to_wake_up|epoll|^tokio::|^mio::|syscall|switch_fpu"),
     ("edge request handling (other)", r"^edge::"),
 ]
