@@ -168,7 +168,10 @@ impl Report {
 async fn under_attack(attack: Attack, fd_limit: Option<u64>, limits: &str) -> Report {
     // One attack at a time: two cores cannot host two of them and still mean anything.
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
-    let mut edge = Edge::start("", SLOW_BODY_ROUTE).with_section(limits);
+    // The spool in memory: these attacks are about connection slots and descriptors, and
+    // a disk stall (this machine's fsyncs take seconds beside a large writeback) would
+    // slow the legitimate sender for reasons that are not the attack's.
+    let mut edge = Edge::start_in_memory("", SLOW_BODY_ROUTE).with_section(limits);
     if let Some(limit) = fd_limit {
         edge.set_fd_limit(limit);
     }
