@@ -13,7 +13,6 @@ use tokio::sync::watch;
 
 use super::ack_window::AckWindow;
 use super::breaker::{Breaker, Permit, State};
-use super::dead_letter;
 use super::error::DeliveryError;
 use super::metrics::BackhaulMetrics;
 use super::retry::{Backoff, unit_random};
@@ -187,19 +186,8 @@ impl DeliveryContext {
                 }
                 Err(DeliveryError::Rejected(why)) => {
                     self.breaker.lock().on_success();
-                    let dir = self.spool.dir().to_owned();
-                    let kept = record.clone();
-                    #[expect(
-                        clippy::expect_used,
-                        reason = "a panic ends the process (edge_kit::panic), so the join cannot fail"
-                    )]
-                    let stored =
-                        tokio::task::spawn_blocking(move || dead_letter::store(&dir, &kept))
-                            .await
-                            .expect("dead-letter task");
-                    match stored {
-                        Ok((path, bytes)) => {
-                            self.spool.dead_letter_stored(bytes);
+                    match self.spool.store_dead_letter(record.clone()).await {
+                        Ok(path) => {
                             self.metrics.dead_letters.inc();
                             tracing::warn!(seq = record.seq, event_id = %record.event_id, why = %why, path = %path.display(), "origin rejected an event; kept as a dead letter");
                             return record.seq;

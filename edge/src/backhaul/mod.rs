@@ -7,7 +7,6 @@
 
 mod ack_window;
 mod breaker;
-mod dead_letter;
 mod delivery;
 mod error;
 mod http;

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::quarantine;
+use super::{dead_letters, quarantine};
 
 /// The bytes in each of the two directories, as last measured (plus dead letters stored
 /// since).
@@ -26,7 +26,7 @@ impl KeptBytes {
     /// Measures both directories again (an operator may have removed files).
     pub(crate) fn remeasure(&self, spool_dir: &Path) {
         self.dead_letter.store(
-            dir_bytes(&spool_dir.join(DEAD_LETTER_DIR)),
+            dir_bytes(&spool_dir.join(dead_letters::DIR)),
             Ordering::Release,
         );
         self.quarantine.store(
@@ -64,9 +64,6 @@ fn dir_bytes(dir: &Path) -> u64 {
     })
 }
 
-/// Where events the origin refused for good are kept, under the spool directory.
-pub(crate) const DEAD_LETTER_DIR: &str = "dead-letter";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,15 +72,15 @@ mod tests {
     fn both_directories_are_measured_and_dead_letters_added() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(KeptBytes::measure(dir.path()).total(), 0);
-        std::fs::create_dir(dir.path().join(DEAD_LETTER_DIR)).unwrap();
-        std::fs::write(dir.path().join(DEAD_LETTER_DIR).join("1.rec"), [0; 100]).unwrap();
+        std::fs::create_dir(dir.path().join(dead_letters::DIR)).unwrap();
+        std::fs::write(dir.path().join(dead_letters::DIR).join("1.rec"), [0; 100]).unwrap();
         quarantine::keep(dir.path(), "tail-1", &[0; 50], "test").unwrap();
         let kept = KeptBytes::measure(dir.path());
         assert_eq!(kept.dead_letter(), 100);
         assert!(kept.quarantine() > 50, "the tail and its note");
         kept.add_dead_letter(10);
         assert_eq!(kept.dead_letter(), 110);
-        std::fs::remove_file(dir.path().join(DEAD_LETTER_DIR).join("1.rec")).unwrap();
+        std::fs::remove_file(dir.path().join(dead_letters::DIR).join("1.rec")).unwrap();
         kept.remeasure(dir.path());
         assert_eq!(kept.dead_letter(), 0);
     }

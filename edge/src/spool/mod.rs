@@ -5,6 +5,7 @@
 
 mod append;
 pub(crate) mod checkpoint;
+mod dead_letters;
 mod group_commit;
 mod inspect;
 mod kept;
@@ -35,11 +36,9 @@ use tokio::task::JoinHandle;
 
 pub use append::{AppendError, Appended, NewEvent};
 pub use inspect::{DamagedRegion, Inspection, UnreadableSegment, dump, inspect};
-pub(crate) use kept::DEAD_LETTER_DIR;
 pub use metrics::SpoolMetrics;
 pub use reader::{Batch, SpoolReader};
 pub use recovery::RecoveryReport;
-pub(crate) use segments::new_segment_format;
 
 use shared::Shared;
 use thread_batches::ThreadBatches;
@@ -180,10 +179,22 @@ impl Spool {
         self.shared.held_bytes() as f64 / self.shared.max_bytes as f64
     }
 
-    /// A dead letter of `bytes` was stored under the spool directory: it counts toward
-    /// `max_bytes` from now on.
-    pub fn dead_letter_stored(&self, bytes: u64) {
+    /// Keeps `record`, which the origin refused for good, as a dead letter, durably: it
+    /// counts toward `max_bytes` from now on. Returns its file.
+    pub async fn store_dead_letter(
+        &self,
+        record: record::Record,
+    ) -> std::io::Result<std::path::PathBuf> {
+        let dir = self.shared.dir.clone();
+        #[expect(
+            clippy::expect_used,
+            reason = "a panic ends the process (edge_kit::panic), so the join cannot fail"
+        )]
+        let (path, bytes) = tokio::task::spawn_blocking(move || dead_letters::store(&dir, &record))
+            .await
+            .expect("dead-letter task")?;
         self.shared.kept.add_dead_letter(bytes);
+        Ok(path)
     }
 
     /// The writer task, which runs until [`Spool::close`].
@@ -246,11 +257,6 @@ impl Spool {
             _ => {}
         }
         stalled.is_some()
-    }
-
-    /// The spool's directory.
-    pub fn dir(&self) -> &std::path::Path {
-        &self.shared.dir
     }
 
     /// The sequence number of the newest record known to be on disk.
@@ -942,13 +948,13 @@ mod tests {
         let metrics = SpoolMetrics::register(&mut Default::default());
         let (spool, _) = open_with(&settings(dir.path()), metrics.clone());
         assert!(spool.unready_reason().is_none());
-        std::fs::create_dir(dir.path().join(DEAD_LETTER_DIR)).unwrap();
+        std::fs::create_dir(dir.path().join(dead_letters::DIR)).unwrap();
         std::fs::write(
-            dir.path().join(DEAD_LETTER_DIR).join("1.rec"),
+            dir.path().join(dead_letters::DIR).join("1.rec"),
             vec![1; 600_000],
         )
         .unwrap();
-        spool.dead_letter_stored(600_000);
+        spool.shared.kept.add_dead_letter(600_000);
         quarantine::keep(dir.path(), "tail-1", &vec![1; 400_000], "test").unwrap();
         spool.close().await;
 

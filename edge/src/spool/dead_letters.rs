@@ -5,13 +5,13 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::spool::checkpoint::{create_dir_durably, sync_dir};
-use crate::spool::record::Record;
-use crate::spool::{DEAD_LETTER_DIR, new_segment_format};
+use super::checkpoint::{create_dir_durably, sync_dir};
+use super::record::Record;
+use super::segments::new_segment_format;
 
 /// Stores `record` as a dead letter; returns its path and its size on disk.
 pub(super) fn store(spool_dir: &Path, record: &Record) -> std::io::Result<(PathBuf, u64)> {
-    let dir = spool_dir.join(DEAD_LETTER_DIR);
+    let dir = spool_dir.join(DIR);
     create_dir_durably(&dir)?;
     let path = dir.join(format!("{:020}.rec", record.seq));
     // A spool segment of one frame, readable by `edge spool-dump`.
@@ -31,3 +31,6 @@ pub(super) fn store(spool_dir: &Path, record: &Record) -> std::io::Result<(PathB
     sync_dir(&dir)?;
     Ok((path, frame.len() as u64))
 }
+
+/// Where events the origin refused for good are kept, under the spool directory.
+pub(crate) const DIR: &str = "dead-letter";
