@@ -257,6 +257,7 @@ fn event(id: &str, body: &Bytes) -> NewEvent {
         event_id: id.to_owned(),
         headers: vec![("content-type".into(), b"application/json".to_vec())],
         body: body.clone(),
+        resend: false,
     }
 }
 

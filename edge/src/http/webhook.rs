@@ -165,6 +165,7 @@ async fn handle_route(
         headers: event::kept_headers(route.provider, &parts.headers),
         event_id,
         body,
+        resend: false,
     };
     let appended = app.spool.append(new_event).await;
     if appended.is_ok() {

@@ -20,6 +20,10 @@ pub struct NewEvent {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body as received.
     pub body: Bytes,
+    /// Sent again by an operator (a dead letter retried): stored even when the route's
+    /// window already holds its id, so that it goes to the origin once more (which
+    /// still drops it if it has it: same id).
+    pub resend: bool,
 }
 
 /// What an append did.

@@ -25,8 +25,9 @@ impl KeptBytes {
 
     /// Measures both directories again (an operator may have removed files).
     pub(crate) fn remeasure(&self, spool_dir: &Path) {
+        let dead_letters = spool_dir.join(dead_letters::DIR);
         self.dead_letter.store(
-            dir_bytes(&spool_dir.join(dead_letters::DIR)),
+            dir_bytes(&dead_letters) + dir_bytes(&dead_letters.join(dead_letters::RETRY_DIR)),
             Ordering::Release,
         );
         self.quarantine.store(

@@ -43,6 +43,8 @@ pub struct SpoolMetrics {
     pub dead_letter_bytes: Gauge,
     /// Bytes in `quarantine/` (counted toward `spool.max_bytes`).
     pub quarantine_bytes: Gauge,
+    /// Dead letters an operator queued for retry, stored again.
+    pub dead_letters_resent: Counter,
 }
 
 impl SpoolMetrics {
@@ -63,6 +65,7 @@ impl SpoolMetrics {
             damaged_bytes: Counter::default(),
             dead_letter_bytes: Gauge::default(),
             quarantine_bytes: Gauge::default(),
+            dead_letters_resent: Counter::default(),
         };
         registry.register(
             "dedupe_id_conflicts",
@@ -89,6 +92,11 @@ impl SpoolMetrics {
             "quarantine_bytes",
             "Bytes in <spool.dir>/quarantine/ (they count toward spool.max_bytes; the edge never deletes them)",
             metrics.quarantine_bytes.clone(),
+        );
+        spool.register(
+            "dead_letters_resent",
+            "Dead letters queued by `edge dead-letter retry` and stored in the spool again for delivery",
+            metrics.dead_letters_resent.clone(),
         );
         spool.register(
             "fill_ratio",

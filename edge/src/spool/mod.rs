@@ -5,14 +5,14 @@
 
 mod append;
 pub(crate) mod checkpoint;
-mod dead_letters;
+pub mod dead_letters;
 mod group_commit;
 mod inspect;
 mod kept;
 mod lag;
 pub(crate) mod metrics;
 mod origin_keys;
-pub(crate) mod quarantine;
+pub mod quarantine;
 mod reader;
 pub(crate) mod recent_ids;
 pub mod record;
@@ -38,7 +38,7 @@ pub use append::{AppendError, Appended, NewEvent};
 pub use inspect::{DamagedRegion, Inspection, UnreadableSegment, dump, inspect};
 pub use metrics::SpoolMetrics;
 pub use reader::{Batch, SpoolReader};
-pub use recovery::RecoveryReport;
+pub use recovery::{RecoveryReport, in_use};
 
 use shared::Shared;
 use thread_batches::ThreadBatches;
@@ -361,6 +361,7 @@ mod tests {
             event_id: id.to_owned(),
             headers: vec![("content-type".into(), b"application/json".to_vec())],
             body: Bytes::from(vec![b'b'; body_len]),
+            resend: false,
         }
     }
 
@@ -938,6 +939,63 @@ mod tests {
         spool.close().await;
         let found = inspect(dir.path()).unwrap();
         assert!(!found.is_damaged(), "written back: {found:?}");
+    }
+
+    /// A dead letter queued for retry is stored again under its id, though the route's
+    /// window still holds that id, and its file goes only once it is durable; a queued
+    /// file that cannot be read goes to quarantine, never away.
+    #[tokio::test]
+    async fn a_retried_dead_letter_is_stored_again_and_a_damaged_one_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let (spool, _) = open_with(&settings(dir.path()), metrics.clone());
+        let spool = Arc::new(spool);
+        assert_eq!(
+            spool.append(event("refused", 10)).await,
+            Ok(Appended::Stored { seq: 1 })
+        );
+        let refused = dump(dir.path()).unwrap().remove(0);
+        spool.store_dead_letter(refused.clone()).await.unwrap();
+        let mut damaged = record::tests::sample(40, "evt-damaged");
+        damaged.route = "r".into();
+        let damaged_path = spool.store_dead_letter(damaged).await.unwrap();
+        let mut bytes = std::fs::read(&damaged_path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&damaged_path, bytes).unwrap();
+        for letter in dead_letters::list(dir.path()).unwrap() {
+            std::fs::create_dir_all(dir.path().join("dead-letter/retry")).unwrap();
+            std::fs::rename(
+                &letter.path,
+                dir.path()
+                    .join("dead-letter/retry")
+                    .join(letter.path.file_name().unwrap()),
+            )
+            .unwrap();
+        }
+
+        let resending = tokio::spawn(dead_letters::resend_queued(
+            Arc::clone(&spool),
+            Duration::from_millis(10),
+        ));
+        let started = std::time::Instant::now();
+        while metrics.dead_letters_resent.get() < 1 {
+            assert!(started.elapsed() < Duration::from_secs(5), "never resent");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stored = dump(dir.path()).unwrap();
+        assert_eq!(stored.len(), 2, "stored again: {stored:?}");
+        assert_eq!(
+            (stored[1].seq, &stored[1].event_id, &stored[1].body),
+            (2, &refused.event_id, &refused.body)
+        );
+        assert_eq!(stored[1].received_ms, refused.received_ms, "as it arrived");
+        assert!(dead_letters::list(dir.path()).unwrap().is_empty());
+        let kept = quarantine::list(dir.path()).unwrap();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(kept[0].1.contains("evt-damaged"), "{kept:?}");
+        spool.close().await;
+        resending.await.unwrap();
     }
 
     /// Dead letters and quarantine count toward `max_bytes`: kept files alone can take

@@ -2,7 +2,7 @@
 //! that must not be deleted: a segment that cannot be read, a delivered segment that
 //! held damaged records, the bytes of a whole but damaged frame cut off the newest
 //! segment. Each file has a `.why` note beside it. An operator (or `edge spool-verify`)
-//! looks here; the edge never deletes from it.
+//! looks here (`edge quarantine list|show|export`); the edge never deletes from it.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -11,6 +11,19 @@ use std::path::{Path, PathBuf};
 use edge_kit::clock::unix_ms;
 
 use super::checkpoint::{create_dir_durably, sync_dir};
+use super::record::Record;
+use super::scan::{named_in_frames, named_without_header, scan_segment};
+
+/// What a file in quarantine still holds.
+#[derive(Debug, Default)]
+pub struct Contents {
+    /// Its whole records (each frame's check passed), in file order.
+    pub records: Vec<Record>,
+    /// Sequence numbers and event ids its damaged frames still name, unchecked.
+    pub named: Vec<(u64, String)>,
+    /// Why its frames cannot be checked at all (a segment header lost), if so.
+    pub unreadable: Option<String>,
+}
 
 /// Moves `path` (a file in the spool directory) into quarantine, durably, with `why`.
 pub(crate) fn move_in(spool_dir: &Path, path: &Path, why: &str) -> io::Result<()> {
@@ -36,7 +49,7 @@ pub(crate) fn keep(spool_dir: &Path, name: &str, bytes: &[u8], why: &str) -> io:
 }
 
 /// What is in quarantine: each kept file and its note.
-pub(crate) fn list(spool_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
+pub fn list(spool_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
     let dir = spool_dir.join(DIR);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -54,6 +67,45 @@ pub(crate) fn list(spool_dir: &Path) -> io::Result<Vec<(PathBuf, String)>> {
     }
     kept.sort();
     Ok(kept)
+}
+
+/// What the kept file `path` still holds. A segment (or dead letter) is read as the
+/// spool reads one; a tail cut off a segment has no header to check its frames by, so
+/// it only names what it held.
+pub fn contents(path: &Path) -> io::Result<Contents> {
+    let bytes = fs::read(path)?;
+    let is_tail = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.contains(TAIL_MARK));
+    if is_tail {
+        return Ok(Contents {
+            named: named_in_frames(&bytes),
+            ..Contents::default()
+        });
+    }
+    let scan = scan_segment(&bytes);
+    if let Err(e) = &scan.format {
+        return Ok(Contents {
+            named: named_without_header(&bytes),
+            unreadable: Some(e.to_string()),
+            ..Contents::default()
+        });
+    }
+    Ok(Contents {
+        records: scan
+            .records
+            .iter()
+            .map(|scanned| scanned.record.to_owned_record())
+            .collect(),
+        named: scan
+            .damaged
+            .iter()
+            .chain(&scan.tail)
+            .flat_map(|damage| damage.named.iter().cloned())
+            .collect(),
+        unreadable: None,
+    })
 }
 
 /// A name in quarantine not taken yet: `name`, else `name.1`, `name.2`…
@@ -87,11 +139,14 @@ fn note_path(kept: &Path) -> PathBuf {
 }
 
 pub(crate) const DIR: &str = "quarantine";
+/// In the name of a tail cut off a segment: `<segment>.tail-<offset>`.
+pub(crate) const TAIL_MARK: &str = ".tail-";
 const NOTE: &str = "why";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spool::record::tests::sample;
 
     #[test]
     fn moved_and_kept_files_stay_with_their_notes_and_never_overwrite() {
@@ -118,5 +173,55 @@ mod tests {
         );
         assert!(kept[1].1.starts_with("bad header, again"), "{kept:?}");
         assert_eq!(fs::read(&kept[2].0).unwrap(), b"cut");
+    }
+
+    /// A kept segment gives its whole records and names its damaged one; a cut tail and
+    /// a segment without its header only name theirs.
+    #[test]
+    fn contents_are_the_whole_records_and_the_names_of_the_damaged() {
+        let dir = tempfile::tempdir().unwrap();
+        let format = super::super::segments::new_segment_format().unwrap();
+        let mut segment = format.header();
+        let header_len = segment.len();
+        let whole = sample(1, "evt-whole");
+        whole.view().encode_frame(&format, &mut segment).unwrap();
+        let tail_at = segment.len();
+        sample(2, "evt-rotted")
+            .view()
+            .encode_frame(&format, &mut segment)
+            .unwrap();
+        let last = segment.len() - 1;
+        segment[last] ^= 1;
+        let path = dir.path().join("00000000000000000001.seg");
+        fs::write(&path, &segment).unwrap();
+        move_in(dir.path(), &path, "held damage").unwrap();
+        keep(
+            dir.path(),
+            &format!("x.seg{TAIL_MARK}{tail_at}"),
+            &segment[tail_at..],
+            "cut",
+        )
+        .unwrap();
+        let headless = dir.path().join("00000000000000000009.seg");
+        // A frame after the first that checks under no seed the first gives: the seed
+        // cannot be found again, nothing can be checked.
+        let mut no_header = vec![0xee; header_len];
+        no_header.extend_from_slice(&segment[tail_at..]);
+        no_header.extend_from_slice(&[0x5a; 64]);
+        fs::write(&headless, &no_header).unwrap();
+        move_in(dir.path(), &headless, "unreadable header").unwrap();
+
+        let kept = list(dir.path()).unwrap();
+        let found: Vec<Contents> = kept.iter().map(|(p, _)| contents(p).unwrap()).collect();
+        assert_eq!(found[0].records, [whole]);
+        assert_eq!(found[0].named, [(2, "evt-rotted".to_owned())]);
+        assert!(
+            found[1].records.is_empty() && found[1].unreadable.is_some(),
+            "{:?}",
+            found[1]
+        );
+        assert_eq!(found[1].named, [(2, "evt-rotted".to_owned())]);
+        assert_eq!(found[2].named, [(2, "evt-rotted".to_owned())], "the tail");
+        assert!(found[2].records.is_empty() && found[2].unreadable.is_none());
     }
 }

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -278,10 +279,11 @@ impl Replay {
     /// Keeps the bytes of a tail about to be cut off the newest segment.
     fn keep_cut_bytes(&self, path: &Path, cut: &[u8], tail: &Damage) -> anyhow::Result<()> {
         let name = format!(
-            "{}.tail-{}",
+            "{}{}{}",
             path.file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or("segment"),
+            quarantine::TAIL_MARK,
             tail.offset
         );
         let what = if tail.unfinished {
@@ -334,6 +336,21 @@ fn lock_dir(dir: &Path) -> anyhow::Result<Flock<File>> {
             dir.display()
         )
     })
+}
+
+/// Whether a process (a running edge) holds `dir`'s lock. For commands that act beside
+/// it, to say when their work will be picked up.
+pub fn in_use(dir: &Path) -> io::Result<bool> {
+    let lock_file = match File::open(dir.join("LOCK")) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match Flock::lock(lock_file, FlockArg::LockSharedNonblock) {
+        Ok(_) => Ok(false),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(true),
+        Err((_, errno)) => Err(errno.into()),
+    }
 }
 
 /// The segment new records go to: the newest one, or a fresh one from `next_seq`; and

@@ -221,6 +221,11 @@ pub fn named_without_header(bytes: &[u8]) -> Vec<(u64, String)> {
         .map_or_else(Vec::new, |frames| named_in(frames, None))
 }
 
+/// What bytes that start with a frame (a tail cut off a segment) still name, unchecked.
+pub fn named_in_frames(bytes: &[u8]) -> Vec<(u64, String)> {
+    named_in(bytes, None)
+}
+
 /// What the damaged frames of a region still name: the frame it starts with, and each
 /// one after that its predecessor's length points to (never a search through bodies,
 /// which could name frames a sender put there).

@@ -186,6 +186,7 @@ mod tests {
             event_id: id.to_owned(),
             headers: Vec::new(),
             body: Bytes::from(vec![b'b'; BODY as usize]),
+            resend: false,
         };
         async move { batches.append(event).await }
     }

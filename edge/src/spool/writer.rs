@@ -222,13 +222,17 @@ impl Writer {
             }
             let key = (&*event.route, event.event_id.as_str());
             let known = self.recent.get(key.0).and_then(|window| window.get(key.1));
-            if let Some(seq) = known.or_else(|| batch_ids.get(&key).copied()) {
+            if let Some(seq) = known.or_else(|| batch_ids.get(&key).copied())
+                && !event.resend
+            {
                 outcomes.push(Ok(Appended::Duplicate { seq }));
                 continue;
             }
             let mac = mac_of_key(key.1).map(|mac| (key.0, mac));
             let replayed = self.recent.get(key.0).and_then(|w| w.replay_of(key.1));
-            if let Some(seq) = replayed.or_else(|| batch_macs.get(&mac?).copied()) {
+            if let Some(seq) = replayed.or_else(|| batch_macs.get(&mac?).copied())
+                && !event.resend
+            {
                 if self.replay_log.allow() {
                     tracing::warn!(
                         route = key.0,
@@ -240,7 +244,7 @@ impl Writer {
                 outcomes.push(Ok(Appended::Replay { seq }));
                 continue;
             }
-            if self.recent.get(key.0).is_some_and(|w| w.conflicts(key.1)) {
+            if !event.resend && self.recent.get(key.0).is_some_and(|w| w.conflicts(key.1)) {
                 self.metrics.id_conflicts.inc();
                 if self.conflict_log.allow() {
                     tracing::warn!(
