@@ -4,7 +4,7 @@
 //! Where things are: `verify/` checks signatures (one file per provider), `event`
 //! extracts event ids, `spool/` stores events durably, `http/webhook` is the request
 //! path, `server` accepts connections, `admin` serves health and metrics, `backhaul/` forwards the spool to
-//! the origin queue.
+//! the origin queue, `operator/` the commands operators run beside it.
 
 #![warn(missing_docs)]
 
@@ -19,6 +19,7 @@ pub mod event;
 mod http;
 mod liveness;
 pub mod metrics;
+pub mod operator;
 mod reload;
 pub mod run;
 mod server;

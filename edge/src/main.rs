@@ -56,12 +56,19 @@ enum Command {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Dead letters (events the origin refused for good): list, show, retry, purge.
+    #[command(subcommand)]
+    DeadLetter(edge::operator::dead_letter::Action),
+    /// Quarantine (spool bytes kept but never delivered from): list, show, export.
+    #[command(subcommand)]
+    Quarantine(edge::operator::quarantine::Action),
     /// Print the records in a spool directory as JSON lines (read-only; safe while the
     /// edge runs).
     SpoolDump {
         #[arg(long)]
         dir: PathBuf,
-        /// Include each body (as UTF-8, lossy).
+        /// Include each record's headers and body (as text when it is UTF-8, else as
+        /// `body_base64`).
         #[arg(long)]
         bodies: bool,
     },
@@ -127,23 +134,13 @@ fn main() -> ExitCode {
         },
         Command::SpoolDump { dir, bodies } => {
             let records = edge::spool::dump(&dir).with_context(|| dir.display().to_string())?;
-            for record in records {
-                let mut line = serde_json::json!({
-                    "seq": record.seq,
-                    "received_ms": record.received_ms,
-                    "early": record.early,
-                    "pop": record.pop,
-                    "route": record.route,
-                    "event_id": record.event_id,
-                    "body_len": record.body.len(),
-                });
-                if bodies {
-                    line["body"] = String::from_utf8_lossy(&record.body).into_owned().into();
-                }
-                print_line(&line.to_string())?;
+            for record in &records {
+                print_line(&edge::operator::record_json(record, bodies).to_string())?;
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::DeadLetter(action) => edge::operator::dead_letter::run(action),
+        Command::Quarantine(action) => edge::operator::quarantine::run(action),
     })
 }
 

@@ -200,34 +200,36 @@ async fn every_event_reaches_jetstream_once_through_outages_and_crashes() {
 }
 
 /// An event JetStream refuses for good (over the stream's maximum message size) is kept
-/// as a dead letter, and delivery goes on past it instead of retrying it forever.
+/// as a dead letter, and delivery goes on past it instead of retrying it forever. Once
+/// the stream takes larger messages, the operator retries it with `edge dead-letter
+/// retry` beside the running edge, and it arrives under its own id; the one they purge
+/// never does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_jetstream_refuses_for_good_is_a_dead_letter_not_a_stall() {
+async fn a_refused_event_is_a_dead_letter_not_a_stall_and_an_operator_retries_it() {
     let nats = Nats::start();
     let js = nats.jetstream().await;
-    js.create_stream(async_nats::jetstream::stream::Config {
+    let mut stream_config = async_nats::jetstream::stream::Config {
         name: "WEBHOOKS".into(),
         subjects: vec!["webhooks.>".into()],
         max_message_size: 4096,
         ..Default::default()
-    })
-    .await
-    .unwrap();
+    };
+    js.create_stream(stream_config.clone()).await.unwrap();
     let edge = Edge::start("", "").with_section(&format!(
         "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: WEBHOOKS }}\n  retry: {{ base: 50ms, max: 500ms }}\n",
         nats.url()
     ));
     let client = client(&edge, false);
-    let big = format!(r#"{{"pad":"{}"}}"#, "p".repeat(8192));
-    let sent = github_post(&client, &edge, "too-big", big.as_bytes())
-        .send()
-        .await;
-    assert_eq!(sent.unwrap().status(), 202);
+    for id in ["too-big", "too-big-given-up"] {
+        let big = format!(r#"{{"id":"{id}","pad":"{}"}}"#, "p".repeat(8192));
+        let sent = github_post(&client, &edge, id, big.as_bytes()).send().await;
+        assert_eq!(sent.unwrap().status(), 202);
+    }
     let after = post_all(&edge, ids("after", 20)).await;
     assert_eq!(after.len(), 20);
     assert_eq!(wait_for_count(&nats, 20, Duration::from_secs(10)).await, 20);
     let started = Instant::now();
-    while edge.metric("edge_backhaul_dead_letters_total") < 1.0 {
+    while edge.metric("edge_backhaul_dead_letters_total") < 2.0 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "{}",
@@ -235,10 +237,6 @@ async fn an_event_jetstream_refuses_for_good_is_a_dead_letter_not_a_stall() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let kept = std::fs::read_dir(edge.spool_dir().join("dead-letter"))
-        .unwrap()
-        .count();
-    assert_eq!(kept, 1);
     let started = Instant::now();
     while edge.metric("edge_backhaul_lag_records") > 0.0 {
         assert!(
@@ -248,6 +246,60 @@ async fn an_event_jetstream_refuses_for_good_is_a_dead_letter_not_a_stall() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    let spool = edge.spool_dir().to_str().unwrap().to_owned();
+    let listed = dead_letter(&["list", "--dir", &spool]);
+    assert!(listed.status.success(), "{listed:?}");
+    let letters: Vec<serde_json::Value> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    let seq_of = |id: &str| {
+        let letter = letters.iter().find(|l| l["delivery_id"] == id).unwrap();
+        letter["seq"].as_u64().unwrap().to_string()
+    };
+    let (retried, given_up) = (seq_of("too-big"), seq_of("too-big-given-up"));
+    let shown = dead_letter(&["show", "--dir", &spool, &retried]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains(r#"\"id\":\"too-big\""#),
+        "{shown:?}"
+    );
+    let unnamed = dead_letter(&["retry", "--dir", &spool]);
+    assert!(
+        !unnamed.status.success() && String::from_utf8_lossy(&unnamed.stderr).contains("--all"),
+        "retry with no selection acts on nothing: {unnamed:?}"
+    );
+
+    stream_config.max_message_size = 64 << 10;
+    js.update_stream(&stream_config).await.unwrap();
+    let queued = dead_letter(&["retry", "--dir", &spool, &retried]);
+    assert!(queued.status.success(), "{queued:?}");
+    assert!(
+        String::from_utf8_lossy(&queued.stderr).contains("the edge running on this spool"),
+        "{queued:?}"
+    );
+    let purged = dead_letter(&["purge", "--dir", &spool, &given_up]);
+    assert!(purged.status.success(), "{purged:?}");
+    assert_eq!(wait_for_count(&nats, 21, Duration::from_secs(10)).await, 21);
+    let messages = stream_messages(&nats).await;
+    assert!(messages.contains_key("too-big"), "{:?}", messages.keys());
+    assert!(!messages.contains_key("too-big-given-up"));
+    assert_eq!(edge.metric("edge_spool_dead_letters_resent_total"), 1.0);
+    let left = dead_letter(&["list", "--dir", &spool]);
+    assert!(left.stdout.is_empty(), "{left:?}");
+    // Sent again under the same origin key: JetStream drops a second retry's copy.
+    assert_eq!(edge.metric("edge_backhaul_dead_letters_total"), 2.0);
+}
+
+/// Runs `edge dead-letter ARGS`.
+fn dead_letter(args: &[&str]) -> std::process::Output {
+    Command::new(edge_bin())
+        .arg("dead-letter")
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 /// A stream deleted at the origin while the edge runs: with `create: true` the next

@@ -240,6 +240,52 @@ async fn bit_rot_costs_only_the_damaged_records_and_never_stalls_delivery() {
         segments.len(),
         "nothing deleted that held undelivered records"
     );
+    quarantine_tells_only_the_truth(&edge.spool_dir(), &ids, &touched);
+}
+
+/// `edge quarantine list` names every kept file, and each record `edge quarantine
+/// export` gives is one a sender sent, untouched by the damage.
+fn quarantine_tells_only_the_truth(
+    spool: &Path,
+    ids: &HashMap<u64, String>,
+    touched: &BTreeSet<u64>,
+) {
+    let kept_files = std::fs::read_dir(spool.join("quarantine")).map_or(0, |dir| {
+        dir.map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_none_or(|x| x != "why"))
+            .count()
+    });
+    assert_eq!(edge_json_lines(spool, "list").len(), kept_files);
+    let exported = edge_json_lines(spool, "export");
+    for record in &exported {
+        let seq = record["seq"].as_u64().unwrap();
+        assert!(!touched.contains(&seq), "{record}");
+        let id = &ids[&seq];
+        assert_eq!(record["delivery_id"], id.as_str(), "{record}");
+        let n: u64 = id.rsplit('-').next().unwrap().parse().unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(record["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body["n"], n, "{record}");
+    }
+    println!(
+        "durability bit-rot: quarantine holds {kept_files} files; edge quarantine export gave {} whole records, each as sent",
+        exported.len()
+    );
+}
+
+/// The JSON lines `edge quarantine ACTION --dir SPOOL` prints.
+fn edge_json_lines(spool: &Path, action: &str) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(edge_bin())
+        .args(["quarantine", action, "--dir"])
+        .arg(spool)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
 }
 
 /// A sealed segment the disk will not read while the edge runs (every read of it EIO, as
