@@ -297,6 +297,7 @@ fn backhaul_settings(nats: &NatsServer) -> BackhaulSettings {
         retry_max: Duration::from_secs(1),
         breaker_failures: 5,
         breaker_open_for: Duration::from_secs(1),
+        max_rate: None,
     }
 }
 

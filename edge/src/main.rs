@@ -59,6 +59,9 @@ enum Command {
     /// Dead letters (events the origin refused for good): list, show, retry, purge.
     #[command(subcommand)]
     DeadLetter(edge::operator::dead_letter::Action),
+    /// The backhaul: pause (for a while, or until resumed), resume, status.
+    #[command(subcommand)]
+    Backhaul(edge::operator::backhaul::Action),
     /// Quarantine (spool bytes kept but never delivered from): list, show, export.
     #[command(subcommand)]
     Quarantine(edge::operator::quarantine::Action),
@@ -141,6 +144,7 @@ fn main() -> ExitCode {
         }
         Command::DeadLetter(action) => edge::operator::dead_letter::run(action),
         Command::Quarantine(action) => edge::operator::quarantine::run(action),
+        Command::Backhaul(action) => edge::operator::backhaul::run(action),
     })
 }
 

@@ -293,6 +293,76 @@ async fn a_refused_event_is_a_dead_letter_not_a_stall_and_an_operator_retries_it
     assert_eq!(edge.metric("edge_backhaul_dead_letters_total"), 2.0);
 }
 
+/// An operator pauses the backhaul (`edge backhaul pause`): the PoP keeps storing and
+/// acknowledging, stays ready, and delivers nothing until `resume`; then the backlog goes
+/// out at `backhaul.max_rate`, not as fast as the origin takes it. A pause `--for` a
+/// while ends by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_backhaul_holds_deliveries_and_a_resumed_one_keeps_its_pace() {
+    let nats = Nats::start();
+    let edge =
+        Edge::start("", "").with_section(&format!("{}  max_rate: 50\n", backhaul_config(&nats)));
+    let spool = edge.spool_dir().to_str().unwrap().to_owned();
+    let paused = backhaul(&["pause", "--dir", &spool, "--reason", "origin deploy"]);
+    assert!(paused.status.success(), "{paused:?}");
+    let started = Instant::now();
+    while edge.metric("edge_backhaul_paused") < 1.0 {
+        assert!(started.elapsed() < Duration::from_secs(3), "never paused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(post_all(&edge, ids("held", 60)).await.len(), 60);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(wait_for_count(&nats, 1, Duration::ZERO).await, 0);
+    assert_eq!(edge.readyz(), Some(200), "a pause is not a PoP failure");
+    let status: serde_json::Value =
+        serde_json::from_slice(&backhaul(&["status", "--dir", &spool]).stdout).unwrap();
+    assert_eq!(
+        (
+            &status["paused"],
+            &status["edge_running"],
+            &status["reason"]
+        ),
+        (&true.into(), &true.into(), &"origin deploy".into()),
+        "{status}"
+    );
+
+    assert!(backhaul(&["resume", "--dir", &spool]).status.success());
+    assert!(wait_for_count(&nats, 1, Duration::from_secs(3)).await >= 1);
+    let first_arrived = Instant::now();
+    assert_eq!(wait_for_count(&nats, 60, Duration::from_secs(10)).await, 60);
+    let drained_in = first_arrived.elapsed();
+    // 59 more at 50/s, less a tenth of a second's burst: over a second.
+    assert!(
+        drained_in >= Duration::from_millis(900),
+        "60 held events at 50/s went out in {drained_in:?}"
+    );
+    assert_eq!(edge.metric("edge_backhaul_paused"), 0.0);
+
+    let timed = backhaul(&["pause", "--dir", &spool, "--for", "2s"]);
+    assert!(timed.status.success(), "{timed:?}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(post_all(&edge, ids("timed", 5)).await.len(), 5);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        wait_for_count(&nats, 61, Duration::ZERO).await,
+        60,
+        "still paused"
+    );
+    assert_eq!(wait_for_count(&nats, 65, Duration::from_secs(5)).await, 65);
+    println!(
+        "backhaul pause: 60 events held 1.5 s, the last delivered {drained_in:?} after the first at max_rate 50/s"
+    );
+}
+
+/// Runs `edge backhaul ARGS`.
+fn backhaul(args: &[&str]) -> std::process::Output {
+    Command::new(edge_bin())
+        .arg("backhaul")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// Runs `edge dead-letter ARGS`.
 fn dead_letter(args: &[&str]) -> std::process::Output {
     Command::new(edge_bin())

@@ -15,9 +15,11 @@ use super::ack_window::AckWindow;
 use super::breaker::{Breaker, Permit, State};
 use super::error::DeliveryError;
 use super::metrics::BackhaulMetrics;
+use super::pace::Pace;
 use super::retry::{Backoff, unit_random};
 use super::sink::Sink;
 use crate::config::BackhaulSettings;
+use crate::spool::backhaul_pause::BackhaulPause;
 use crate::spool::record::Record;
 use crate::spool::{Batch, Spool, SpoolReader};
 
@@ -41,6 +43,8 @@ pub async fn run(
     ));
     let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pace = settings.max_rate.map(Pace::new);
+    let mut pause = OperatorPause::read(&spool, &metrics).await;
     loop {
         if pending.is_empty() && deliveries.len() < settings.max_in_flight {
             let batch;
@@ -54,10 +58,15 @@ pub async fn run(
                 pending.push_back(record);
             }
         }
-        while deliveries.len() < settings.max_in_flight
-            && let Some(record) = pending.pop_front()
-        {
-            deliveries.push(Arc::clone(&shared).deliver(record));
+        let mut paced_until = None;
+        while !pause.holds() && deliveries.len() < settings.max_in_flight && !pending.is_empty() {
+            if let Some(Err(at)) = pace.as_mut().map(|pace| pace.start(Instant::now())) {
+                paced_until = Some(at);
+                break;
+            }
+            if let Some(record) = pending.pop_front() {
+                deliveries.push(Arc::clone(&shared).deliver(record));
+            }
         }
         metrics
             .lag_records
@@ -78,7 +87,11 @@ pub async fn run(
                 }
             }
             _ = spool.wait_durable_after(read_up_to), if want_more => {}
-            _ = tick.tick() => checkpoint(&spool, &mut window).await,
+            () = sleep_until(paced_until) => {}
+            _ = tick.tick() => {
+                checkpoint(&spool, &mut window).await;
+                pause.refresh(&spool, &metrics).await;
+            }
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
                     break;
@@ -88,6 +101,67 @@ pub async fn run(
     }
     checkpoint(&spool, &mut window).await;
     tracing::info!(checkpoint = window.confirmed(), "backhaul stopped");
+}
+
+/// Sleeps until `at`; never ends for `None`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The operator's pause (`edge backhaul pause`), as last read from the spool directory:
+/// read at start and at most every [`PAUSE_READ_EVERY`] after.
+struct OperatorPause {
+    pause: Option<BackhaulPause>,
+    read_at: Instant,
+}
+
+impl OperatorPause {
+    async fn read(spool: &Spool, metrics: &BackhaulMetrics) -> Self {
+        let mut pause = Self {
+            pause: None,
+            read_at: Instant::now(),
+        };
+        pause.read_now(spool, metrics).await;
+        pause
+    }
+
+    /// Whether deliveries are held now.
+    fn holds(&self) -> bool {
+        self.pause.as_ref().is_some_and(|p| p.holds(unix_ms()))
+    }
+
+    async fn refresh(&mut self, spool: &Spool, metrics: &BackhaulMetrics) {
+        if self.read_at.elapsed() >= PAUSE_READ_EVERY {
+            self.read_now(spool, metrics).await;
+        }
+    }
+
+    /// An unreadable note keeps the state as it was.
+    async fn read_now(&mut self, spool: &Spool, metrics: &BackhaulMetrics) {
+        self.read_at = Instant::now();
+        match spool.backhaul_pause().await {
+            Ok(pause) => {
+                let was = self.holds();
+                self.pause = pause;
+                let now = self.holds();
+                if now != was {
+                    match &self.pause {
+                        Some(p) if now => {
+                            tracing::warn!(reason = %p.reason, until_ms = ?p.until_ms, "backhaul paused by an operator: events are stored, none delivered")
+                        }
+                        _ => tracing::info!("backhaul pause lifted: delivering"),
+                    }
+                }
+                metrics.paused.set(i64::from(now));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the backhaul pause note; keeping the state as it was")
+            }
+        }
+    }
 }
 
 /// Reads the next records off the spool (on the blocking pool: it reads files); on an
@@ -245,3 +319,5 @@ impl DeliveryContext {
 /// origin drops the duplicates by event id.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 const READ_BATCH: usize = 512;
+/// How often the operator's pause note is read: pause and resume take effect within it.
+const PAUSE_READ_EVERY: Duration = Duration::from_secs(1);

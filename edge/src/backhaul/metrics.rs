@@ -36,6 +36,8 @@ pub struct BackhaulMetrics {
     pub oldest_undelivered_seconds: Gauge<f64, AtomicU64>,
     /// The circuit breaker: 0 closed, 1 open, 2 half-open.
     pub breaker_state: Gauge,
+    /// 1 while an operator's pause holds (`edge backhaul pause`).
+    pub paused: Gauge,
 }
 
 impl BackhaulMetrics {
@@ -54,6 +56,7 @@ impl BackhaulMetrics {
             lag_bytes: Gauge::default(),
             oldest_undelivered_seconds: Gauge::default(),
             breaker_state: Gauge::default(),
+            paused: Gauge::default(),
         };
         let backhaul = registry.sub_registry_with_prefix("backhaul");
         backhaul.register(
@@ -115,6 +118,11 @@ impl BackhaulMetrics {
             "breaker_state",
             "Origin circuit breaker: 0 closed, 1 open, 2 half-open",
             metrics.breaker_state.clone(),
+        );
+        backhaul.register(
+            "paused",
+            "1 while an operator's pause holds (edge backhaul pause): events are stored, none delivered",
+            metrics.paused.clone(),
         );
         metrics
     }

@@ -12,6 +12,7 @@ mod error;
 mod http;
 mod metrics;
 mod nats;
+mod pace;
 mod retry;
 mod sink;
 

@@ -23,6 +23,9 @@ pub struct BackhaulSettings {
     pub breaker_failures: u32,
     /// How long the breaker stays open before one probe.
     pub breaker_open_for: Duration,
+    /// Deliveries started per second at most (a backlog drained after an origin outage
+    /// at a pace the origin can take); `None`: as fast as the origin acknowledges.
+    pub max_rate: Option<u32>,
 }
 
 /// The origin the backhaul delivers to.
@@ -127,6 +130,9 @@ pub(super) struct RawBackhaul {
     retry: RawRetry,
     #[serde(default)]
     breaker: RawBreaker,
+    /// Deliveries per second at most; 0 (the default): no limit.
+    #[serde(default)]
+    max_rate: u32,
 }
 
 #[derive(Deserialize, PartialEq)]
@@ -182,6 +188,12 @@ impl RawBackhaul {
         if max_in_flight == 0 {
             errors.add("backhaul.max_in_flight", "must be positive");
         }
+        if self.max_rate > MAX_RATE_LIMIT {
+            errors.add(
+                "backhaul.max_rate",
+                format!("at most {MAX_RATE_LIMIT} deliveries per second (0: no limit)"),
+            );
+        }
         if self.retry.base.is_zero() || self.retry.max < self.retry.base {
             errors.add("backhaul.retry", "needs 0 < base <= max");
         }
@@ -204,6 +216,7 @@ impl RawBackhaul {
             retry_max: self.retry.max,
             breaker_failures: self.breaker.failures,
             breaker_open_for: self.breaker.open_for,
+            max_rate: (self.max_rate > 0).then_some(self.max_rate),
         })
     }
 }
@@ -311,4 +324,6 @@ fn is_literal_subject(subject: &str) -> bool {
 }
 
 const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+/// `backhaul.max_rate` above this is a typo, not a pace.
+const MAX_RATE_LIMIT: u32 = 1_000_000;
 const MAX_REPLICAS: usize = 5;

@@ -334,6 +334,18 @@ routes:
     }
 
     #[test]
+    fn max_rate_zero_or_absent_is_no_limit_and_a_typo_sized_one_is_named() {
+        let rate = |extra: &str| {
+            parse(&format!("{}{extra}", with_nats(""))).map(|s| s.backhaul.unwrap().max_rate)
+        };
+        assert_eq!(rate("").unwrap(), None);
+        assert_eq!(rate("  max_rate: 0\n").unwrap(), None);
+        assert_eq!(rate("  max_rate: 200\n").unwrap(), Some(200));
+        let errors = rate("  max_rate: 50000000\n").unwrap_err();
+        assert_eq!(errors[0].field, "backhaul.max_rate", "{errors:?}");
+    }
+
+    #[test]
     fn the_documented_shape_parses() {
         let s = parse(GOOD).unwrap();
         assert_eq!(s.pop, "fra1");

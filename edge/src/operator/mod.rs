@@ -1,7 +1,8 @@
 //! The commands an operator runs against a PoP's spool directory beside the running
-//! edge (`edge dead-letter …`, `edge quarantine …`): each reads the spool's files
+//! edge (`edge dead-letter …`, `edge quarantine …`, `edge backhaul …`): each reads the spool's files
 //! through the spool's own API and prints JSON lines on stdout, a summary on stderr.
 
+pub mod backhaul;
 pub mod dead_letter;
 pub mod quarantine;
 

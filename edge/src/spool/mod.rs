@@ -4,6 +4,7 @@
 //! at start, a checkpoint the backhaul advances, and a reader for the backhaul.
 
 mod append;
+pub mod backhaul_pause;
 pub(crate) mod checkpoint;
 pub mod dead_letters;
 mod group_commit;
@@ -195,6 +196,15 @@ impl Spool {
             .expect("dead-letter task")?;
         self.shared.kept.add_dead_letter(bytes);
         Ok(path)
+    }
+
+    /// The operator's pause of the backhaul set in the spool directory, if any (read on
+    /// the blocking pool: a stalled disk must not hold a runtime thread).
+    pub async fn backhaul_pause(&self) -> std::io::Result<Option<backhaul_pause::BackhaulPause>> {
+        let dir = self.shared.dir.clone();
+        tokio::task::spawn_blocking(move || backhaul_pause::read(&dir))
+            .await
+            .map_err(std::io::Error::other)?
     }
 
     /// The writer task, which runs until [`Spool::close`].
