@@ -82,7 +82,10 @@ pub fn queue_retry(spool_dir: &Path, letter: &DeadLetter) -> io::Result<()> {
     }
     let dir = spool_dir.join(DIR);
     let queue = dir.join(RETRY_DIR);
-    create_dir_durably(&queue)?;
+    if !queue.is_dir() {
+        create_dir_durably(&queue)?;
+        owned_like(&queue, &dir)?;
+    }
     let name = letter.path.file_name().unwrap_or_default();
     fs::rename(&letter.path, queue.join(name))?;
     sync_dir(&queue)?;
@@ -249,6 +252,14 @@ fn read_record(bytes: &[u8]) -> Result<Record, String> {
         (_, Some(damage)) => Err(format!("{}; names {:?}", damage.error, damage.named)),
         (None, None) => Err("empty".to_owned()),
     }
+}
+
+/// Gives `path` the owner of `like`: an operator runs the commands as root, and the edge
+/// (its own user) must be able to remove what it resends from the queue.
+fn owned_like(path: &Path, like: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::metadata(like)?;
+    std::os::unix::fs::chown(path, Some(owner.uid()), Some(owner.gid()))
 }
 
 /// Removes `path` (gone already is fine: a purge and a resend may meet) and makes that
