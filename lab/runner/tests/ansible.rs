@@ -34,6 +34,7 @@ fn ansible_provisions_upgrades_and_refuses_bad_config() {
     rolling_deploy(&fleet, &lab, &machines);
     canary_stops_a_broken_build(&fleet, &lab, &machines);
     rotate_ticket_keys(&fleet, &lab, &machines);
+    pause_the_fleet(&fleet, &lab, &machines);
     operations(&lab, &machines);
     hardening(&lab, &machines);
     power_cut(&lab, &mut machines[1]);
@@ -512,6 +513,71 @@ fn rotate_ticket_keys(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         after.len(),
         outcomes.len(),
         outcomes.len()
+    );
+}
+
+/// `backhaul.yml` pauses the fleet's backhaul: webhooks are still acknowledged, none
+/// reaches the origin until the same playbook resumes it, then every one does.
+fn pause_the_fleet(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
+    let acks = || -> Vec<f64> {
+        machines
+            .iter()
+            .map(|m| metric(m, "edge_backhaul_acks_total", "pop="))
+            .collect()
+    };
+    let paused = |value: f64| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for machine in machines {
+            while metric(machine, "edge_backhaul_paused", "pop=") != value {
+                assert!(
+                    Instant::now() < deadline,
+                    "{}: paused is not {value}",
+                    machine.name
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    let run = fleet.playbook(
+        "backhaul.yml",
+        &[
+            "-e",
+            "backhaul_action=pause",
+            "-e",
+            r#"{"backhaul_pause_reason": "origin deploy"}"#,
+        ],
+    );
+    run.assert_ok();
+    paused(1.0);
+    let before = acks();
+    let outcomes = lab
+        .load("ansible-paused", 50, Duration::from_secs(2))
+        .finish(lab);
+    assert!(
+        outcomes.iter().all(|o| o.acked()),
+        "{:?}",
+        failures(&outcomes)
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(acks(), before, "delivered while paused");
+    let status = fleet.playbook("backhaul.yml", &[] as &[&str]);
+    status.assert_ok();
+    assert_eq!(
+        status.output.matches("backhaul paused=True").count(),
+        2,
+        "{}",
+        status.output
+    );
+    assert!(status.output.contains("origin deploy"), "{}", status.output);
+    let resumed = fleet.playbook("backhaul.yml", &["-e", "backhaul_action=resume"]);
+    resumed.assert_ok();
+    paused(0.0);
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
+    println!(
+        "scenario ansible-backhaul-pause: backhaul.yml paused both PoPs in {:.1} s; {} webhooks acked meanwhile, none delivered until resumed ({:.1} s), then all at the origin once",
+        run.elapsed.as_secs_f64(),
+        outcomes.len(),
+        resumed.elapsed.as_secs_f64(),
     );
 }
 
@@ -1372,8 +1438,9 @@ const COMMON_UNITS: [&str; 4] = [
     "prometheus-node-exporter",
     "anycast-addresses",
 ];
-const PLAYBOOKS: [&str; 6] = [
+const PLAYBOOKS: [&str; 7] = [
     "site.yml",
+    "backhaul.yml",
     "origin-stream.yml",
     "rolling-deploy.yml",
     "drain.yml",
