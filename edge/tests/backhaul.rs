@@ -354,19 +354,19 @@ async fn a_paused_backhaul_holds_deliveries_and_a_resumed_one_keeps_its_pace() {
     );
 }
 
-/// Runs `edge backhaul ARGS`.
-fn backhaul(args: &[&str]) -> std::process::Output {
-    Command::new(edge_bin())
-        .arg("backhaul")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// Runs `edge dead-letter ARGS`.
 fn dead_letter(args: &[&str]) -> std::process::Output {
+    edge_command("dead-letter", args)
+}
+
+/// Runs `edge backhaul ARGS`.
+fn backhaul(args: &[&str]) -> std::process::Output {
+    edge_command("backhaul", args)
+}
+
+fn edge_command(command: &str, args: &[&str]) -> std::process::Output {
     Command::new(edge_bin())
-        .arg("dead-letter")
+        .arg(command)
         .args(args)
         .output()
         .unwrap()

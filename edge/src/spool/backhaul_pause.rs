@@ -3,13 +3,13 @@
 //! or not. While it holds, the edge stores and acknowledges as always (the spool fills,
 //! `/readyz` stays green up to the high-water mark) but starts no delivery.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::sync_dir;
+use super::checkpoint::{replace_durably, sync_dir};
 
 /// A pause as the operator set it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,16 +31,7 @@ impl BackhaulPause {
 
 /// Sets `pause` in `spool_dir`, durably (replacing one set before).
 pub fn set(spool_dir: &Path, pause: &BackhaulPause) -> io::Result<()> {
-    let temp = spool_dir.join(TEMP_NAME);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&temp)?;
-    file.write_all(&serde_json::to_vec(pause)?)?;
-    file.sync_all()?;
-    fs::rename(&temp, spool_dir.join(FILE_NAME))?;
-    sync_dir(spool_dir)
+    replace_durably(spool_dir, FILE_NAME, TEMP_NAME, &serde_json::to_vec(pause)?)
 }
 
 /// Lifts the pause in `spool_dir`, durably; whether one was set.

@@ -36,13 +36,19 @@ pub(crate) fn read_seq(dir: &Path, name: &str) -> io::Result<Option<u64>> {
 
 /// Writes `seq` to the file `name` of `dir` atomically, through `temp`.
 pub(crate) fn write_seq(dir: &Path, name: &str, temp: &str, seq: u64) -> io::Result<()> {
+    replace_durably(dir, name, temp, &encode(seq))
+}
+
+/// Makes `dir/name` hold `bytes`, whole or not at all, durably: written to `temp`,
+/// fsynced, renamed over it, the directory fsynced.
+pub(crate) fn replace_durably(dir: &Path, name: &str, temp: &str, bytes: &[u8]) -> io::Result<()> {
     let temp = dir.join(temp);
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .open(&temp)?;
-    file.write_all(&encode(seq))?;
+    file.write_all(bytes)?;
     file.sync_all()?;
     fs::rename(&temp, dir.join(name))?;
     sync_dir(dir)
