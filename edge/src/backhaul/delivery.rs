@@ -59,7 +59,8 @@ pub async fn run(
             }
         }
         let mut paced_until = None;
-        while !pause.holds() && deliveries.len() < settings.max_in_flight && !pending.is_empty() {
+        let held = pause.holds();
+        while !held && deliveries.len() < settings.max_in_flight && !pending.is_empty() {
             if let Some(Err(at)) = pace.as_mut().map(|pace| pace.start(Instant::now())) {
                 paced_until = Some(at);
                 break;

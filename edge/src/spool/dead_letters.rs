@@ -147,6 +147,21 @@ enum Stop {
 async fn resend_once(spool: &Arc<Spool>) -> Result<(), Stop> {
     let queue = spool.shared.dir.join(DIR).join(RETRY_DIR);
     let letters = blocking(move || read_dir_letters(&queue, true)).await?;
+    if letters.is_empty() {
+        return Ok(());
+    }
+    let outcome = resend_letters(spool, letters).await;
+    // Once per pass, not per letter: a big retry would read the directories n times.
+    let shared = Arc::clone(&spool.shared);
+    blocking(move || {
+        shared.kept.remeasure(&shared.dir);
+        Ok(())
+    })
+    .await?;
+    outcome
+}
+
+async fn resend_letters(spool: &Arc<Spool>, letters: Vec<DeadLetter>) -> Result<(), Stop> {
     for DeadLetter { path, record, .. } in letters {
         let record = match record {
             Ok(record) => record,
@@ -161,13 +176,7 @@ async fn resend_once(spool: &Arc<Spool>) -> Result<(), Stop> {
         let (seq, event_id, route) = (record.seq, record.event_id.clone(), record.route.clone());
         match spool.append(resent_event(record)).await {
             Ok(appended) => {
-                let shared = Arc::clone(&spool.shared);
-                blocking(move || {
-                    remove_durably(&path)?;
-                    shared.kept.remeasure(&shared.dir);
-                    Ok(())
-                })
-                .await?;
+                blocking(move || remove_durably(&path)).await?;
                 spool.metrics.dead_letters_resent.inc();
                 tracing::info!(dead_letter_seq = seq, event_id = %event_id, route = %route, appended = ?appended, "dead letter stored again for delivery");
             }
