@@ -272,6 +272,7 @@ fn spool_settings(dir: &std::path::Path) -> SpoolSettings {
         stall_timeout: Duration::from_secs(5),
         max_queued_bytes: 64 << 20,
         sync_delay: Duration::ZERO,
+        retain_delivered: Duration::ZERO,
     }
 }
 

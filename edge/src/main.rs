@@ -62,6 +62,10 @@ enum Command {
     /// The backhaul: pause (for a while, or until resumed), resume, status.
     #[command(subcommand)]
     Backhaul(edge::operator::backhaul::Action),
+    /// Send delivered events of a time range to the origin again, marked `Edge-Replay:
+    /// true` (from what `spool.retain_delivered` keeps): prints how many first, then the
+    /// running edge stores and delivers them.
+    Replay(edge::operator::replay::Args),
     /// Quarantine (spool bytes kept but never delivered from): list, show, export.
     #[command(subcommand)]
     Quarantine(edge::operator::quarantine::Action),
@@ -145,6 +149,7 @@ fn main() -> ExitCode {
         Command::DeadLetter(action) => edge::operator::dead_letter::run(action),
         Command::Quarantine(action) => edge::operator::quarantine::run(action),
         Command::Backhaul(action) => edge::operator::backhaul::run(action),
+        Command::Replay(args) => edge::operator::replay::run(args),
     })
 }
 

@@ -96,8 +96,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         None => tracing::warn!("no backhaul configured: events stay in the spool"),
     }
     tokio::spawn(
-        crate::spool::dead_letters::resend_queued(Arc::clone(&spool), DEAD_LETTER_RETRY_EVERY)
-            .in_current_span(),
+        crate::spool::resend::resend_queued(Arc::clone(&spool), RESEND_EVERY).in_current_span(),
     );
     let reloader = Reloader::new(
         path,
@@ -253,7 +252,8 @@ impl Backhaul {
 
 /// The shed ledger's file is started afresh past this, once shipped.
 const SHED_LEDGER_BYTES: u64 = 16 << 20;
-/// How often the queue of dead letters an operator retried is looked at.
-const DEAD_LETTER_RETRY_EVERY: Duration = Duration::from_secs(1);
+/// How often the queues of dead letters an operator retried and of events to replay
+/// are looked at.
+const RESEND_EVERY: Duration = Duration::from_secs(1);
 /// Descriptors the edge needs besides client connections (spool, admin, backhaul, logs).
 const FD_RESERVE: u64 = 64;

@@ -354,6 +354,110 @@ async fn a_paused_backhaul_holds_deliveries_and_a_resumed_one_keeps_its_pace() {
     );
 }
 
+/// The origin lost a time range (its stream purged): `edge replay` on the PoP, which
+/// keeps delivered segments (`spool.retain_delivered`), counts the range first (dry run,
+/// a narrower id prefix), then sends exactly that range again, marked `Edge-Replay:
+/// true`; what came after the range is not sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_range_the_origin_lost_is_replayed_and_the_counts_match() {
+    let nats = Nats::start();
+    let js = nats.jetstream().await;
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "WEBHOOKS".into(),
+        subjects: vec!["webhooks.>".into()],
+        duplicate_window: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let edge = Edge::start("  segment_bytes: 1MiB\n  retain_delivered: 1h\n", "").with_section(
+        &format!(
+            "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: WEBHOOKS }}\n  retry: {{ base: 50ms, max: 500ms }}\n",
+            nats.url()
+        ),
+    );
+    let since = std::time::SystemTime::now();
+    // 16 KB each: more than a segment, so delivered segments are retained.
+    let lost = post_padded(&edge, ids("lost", 80)).await;
+    assert!(lost.iter().all(|(_, status, _)| *status == 202), "{lost:?}");
+    assert_eq!(wait_for_count(&nats, 80, Duration::from_secs(10)).await, 80);
+    let until = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(post_all(&edge, ids("kept", 20)).await.len(), 20);
+    assert_eq!(
+        wait_for_count(&nats, 100, Duration::from_secs(10)).await,
+        100
+    );
+    let stream = js.get_stream("WEBHOOKS").await.unwrap();
+    stream.purge().sequence(81).await.unwrap();
+    assert_eq!(wait_for_count(&nats, 21, Duration::ZERO).await, 20);
+    assert!(
+        edge.metric("edge_spool_retained_bytes") > 1e6,
+        "{}",
+        edge.metrics()
+    );
+    // Past the origin's de-duplication window, as a real replay (of yesterday) is.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let spool = edge.spool_dir().to_str().unwrap().to_owned();
+    let format = |at| humantime_serde::re::humantime::format_rfc3339_millis(at).to_string();
+    let (since, until) = (format(since), format(until));
+    let range = ["--dir", &spool, "--since", &since, "--until", &until];
+    let counted = |extra: &[&str]| {
+        let out = edge_command("replay", &[&range[..], extra].concat());
+        assert!(out.status.success(), "{out:?}");
+        let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        line
+    };
+    let dry = counted(&["--dry-run", "--route", "hooks_github"]);
+    assert_eq!(
+        (&dry["events"], &dry["files"]),
+        (&80.into(), &serde_json::json!([])),
+        "{dry}"
+    );
+    assert_eq!(
+        counted(&["--dry-run", "--id-prefix", "lost-0001"])["events"],
+        10
+    );
+    assert_eq!(counted(&["--dry-run", "--route", "stripe"])["events"], 0);
+    let sent = counted(&["--route", "hooks_github"]);
+    assert_eq!(
+        (&sent["events"], &sent["edge_running"]),
+        (&80.into(), &true.into()),
+        "{sent}"
+    );
+
+    assert_eq!(
+        wait_for_count(&nats, 100, Duration::from_secs(10)).await,
+        100
+    );
+    let messages = stream_messages(&nats).await;
+    for id in ids("lost", 80) {
+        let (body, headers) = &messages[&id];
+        let start = format!(r#"{{"delivery":"{id}","pad":"ffff"#);
+        assert!(
+            body.starts_with(start.as_bytes()) && body.len() > 16_000,
+            "{id}"
+        );
+        assert_eq!(
+            headers.get("Edge-Replay").map(|v| v.as_str()),
+            Some("true"),
+            "{id}"
+        );
+    }
+    for id in ids("kept", 20) {
+        assert!(messages[&id].1.get("Edge-Replay").is_none(), "{id}");
+    }
+    assert_eq!(edge.metric("edge_spool_replayed_total"), 80.0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        wait_for_count(&nats, 101, Duration::ZERO).await,
+        100,
+        "nothing more"
+    );
+    println!("replay: 80 of 100 delivered events purged at the origin, 80 counted and replayed");
+}
+
 /// Runs `edge dead-letter ARGS`.
 fn dead_letter(args: &[&str]) -> std::process::Output {
     edge_command("dead-letter", args)

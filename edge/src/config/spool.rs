@@ -30,6 +30,8 @@ pub struct SpoolSettings {
     pub max_queued_bytes: u64,
     /// Testing only: a pause after each fsync, to rehearse a slow disk.
     pub sync_delay: Duration,
+    /// How long delivered segments are kept for `edge replay` (zero: deleted at once).
+    pub retain_delivered: Duration,
 }
 
 #[derive(Deserialize)]
@@ -60,6 +62,10 @@ pub(super) struct RawSpool {
     /// Testing only: a pause after each fsync. Default 0.
     #[serde(with = "humantime_serde")]
     sync_delay: Duration,
+    /// Keep delivered segments this long for `edge replay`, in the room undelivered
+    /// events leave under `max_bytes` (the oldest go first). Default 0: off.
+    #[serde(with = "humantime_serde")]
+    retain_delivered: Duration,
 }
 
 impl Default for RawSpool {
@@ -74,6 +80,7 @@ impl Default for RawSpool {
             stall_timeout: Duration::from_secs(5),
             max_queued_bytes: ByteSize::mib(64),
             sync_delay: Duration::ZERO,
+            retain_delivered: Duration::ZERO,
         }
     }
 }
@@ -101,6 +108,9 @@ impl RawSpool {
         if self.max_queued_bytes.as_u64() < 1 << 20 {
             errors.add("spool.max_queued_bytes", "must be at least 1MiB");
         }
+        if self.retain_delivered > MAX_RETAIN_DELIVERED {
+            errors.add("spool.retain_delivered", "must be at most 90d");
+        }
         SpoolSettings {
             dir: self.dir.unwrap_or_default(),
             max_bytes: self.max_bytes.as_u64(),
@@ -111,6 +121,10 @@ impl RawSpool {
             stall_timeout: self.stall_timeout,
             max_queued_bytes: self.max_queued_bytes.as_u64(),
             sync_delay: self.sync_delay,
+            retain_delivered: self.retain_delivered,
         }
     }
 }
+
+/// Replay is for an origin's bad day or week, not an archive.
+const MAX_RETAIN_DELIVERED: Duration = Duration::from_secs(90 * 24 * 3600);

@@ -1,10 +1,12 @@
 //! The commands an operator runs against a PoP's spool directory beside the running
-//! edge (`edge dead-letter …`, `edge quarantine …`, `edge backhaul …`): each reads the spool's files
-//! through the spool's own API and prints JSON lines on stdout, a summary on stderr.
+//! edge (`edge dead-letter …`, `edge quarantine …`, `edge backhaul …`, `edge replay`):
+//! each reads the spool's files through the spool's own API and prints JSON lines on
+//! stdout, a summary on stderr.
 
 pub mod backhaul;
 pub mod dead_letter;
 pub mod quarantine;
+pub mod replay;
 
 use base64::Engine as _;
 use edge_kit::process::print_line;

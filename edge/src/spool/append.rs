@@ -20,10 +20,26 @@ pub struct NewEvent {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The body as received.
     pub body: Bytes,
-    /// Sent again by an operator (a dead letter retried): stored even when the route's
-    /// window already holds its id, so that it goes to the origin once more (which
-    /// still drops it if it has it: same id).
+    /// Sent again by an operator (a dead letter retried, a replay): stored even when
+    /// the route's window already holds its id, so that it goes to the origin once more
+    /// (a retried dead letter keeps its id, so the origin still drops a copy it has).
     pub resend: bool,
+}
+
+impl NewEvent {
+    /// A stored event, to be stored again as it arrived (an operator's retry or
+    /// replay): duplicate checks do not drop it.
+    pub(crate) fn again(record: super::record::Record) -> Self {
+        Self {
+            received_ms: record.received_ms,
+            early: record.early,
+            route: record.route.into(),
+            event_id: record.event_id,
+            headers: record.headers,
+            body: record.body.into(),
+            resend: true,
+        }
+    }
 }
 
 /// What an append did.

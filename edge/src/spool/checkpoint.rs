@@ -1,6 +1,7 @@
 //! The backhaul's checkpoint: the highest sequence number delivered to the origin.
 //! Written atomically (temp file, fsync, rename, fsync of the directory) so a crash
-//! leaves either the old or the new value, never a mix.
+//! leaves either the old or the new value, never a mix. With it, the durable file
+//! operations the spool's other notes and queues share.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -52,6 +53,24 @@ pub(crate) fn replace_durably(dir: &Path, name: &str, temp: &str, bytes: &[u8]) 
     file.sync_all()?;
     fs::rename(&temp, dir.join(name))?;
     sync_dir(dir)
+}
+
+/// Removes `path` (gone already is fine: a purge and a resend may meet) and makes that
+/// durable.
+pub(crate) fn remove_durably(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Gives `path` the owner of `like`: an operator runs the commands as root, and the edge
+/// (its own user) must be able to remove what it resends from a queue.
+pub(crate) fn owned_like(path: &Path, like: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::metadata(like)?;
+    std::os::unix::fs::chown(path, Some(owner.uid()), Some(owner.gid()))
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {

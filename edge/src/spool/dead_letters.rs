@@ -11,11 +11,12 @@ use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use super::append::{AppendError, NewEvent};
-use super::checkpoint::{create_dir_durably, sync_dir};
+use super::checkpoint::{create_dir_durably, owned_like, remove_durably, sync_dir};
 use super::record::Record;
+use super::resend::{Stop, blocking};
 use super::scan::{named_without_header, scan_segment};
 use super::segments::new_segment_format;
 use super::{Spool, quarantine};
@@ -97,21 +98,6 @@ pub fn purge(letter: &DeadLetter) -> io::Result<()> {
     remove_durably(&letter.path)
 }
 
-/// Stores the queued dead letters in the spool again, every `every`, until the spool
-/// closes. Counted in `edge_spool_dead_letters_resent_total`.
-pub async fn resend_queued(spool: Arc<Spool>, every: Duration) {
-    while !spool.commands.is_closed() {
-        match resend_once(&spool).await {
-            Ok(()) => {}
-            Err(Stop::Closed) => return,
-            Err(Stop::Io(e)) => {
-                tracing::error!(error = %e, "cannot read the dead letters queued for retry; trying again")
-            }
-        }
-        tokio::time::sleep(every).await;
-    }
-}
-
 /// Stores `record` as a dead letter; returns its path and its size on disk.
 pub(super) fn store(spool_dir: &Path, record: &Record) -> io::Result<(PathBuf, u64)> {
     let dir = spool_dir.join(DIR);
@@ -135,16 +121,10 @@ pub(super) fn store(spool_dir: &Path, record: &Record) -> io::Result<(PathBuf, u
     Ok((path, frame.len() as u64))
 }
 
-/// Why a pass over the retry queue ended early.
-enum Stop {
-    Closed,
-    Io(io::Error),
-}
-
 /// One pass over `dead-letter/retry/`: each event stored again (then its file removed),
 /// each unreadable file moved to quarantine. An event the spool has no room for stays
 /// queued for the next pass.
-async fn resend_once(spool: &Arc<Spool>) -> Result<(), Stop> {
+pub(super) async fn resend_once(spool: &Arc<Spool>) -> Result<(), Stop> {
     let queue = spool.shared.dir.join(DIR).join(RETRY_DIR);
     let letters = blocking(move || read_dir_letters(&queue, true)).await?;
     if letters.is_empty() {
@@ -174,7 +154,7 @@ async fn resend_letters(spool: &Arc<Spool>, letters: Vec<DeadLetter>) -> Result<
             }
         };
         let (seq, event_id, route) = (record.seq, record.event_id.clone(), record.route.clone());
-        match spool.append(resent_event(record)).await {
+        match spool.append(NewEvent::again(record)).await {
             Ok(appended) => {
                 blocking(move || remove_durably(&path)).await?;
                 spool.metrics.dead_letters_resent.inc();
@@ -191,28 +171,6 @@ async fn resend_letters(spool: &Arc<Spool>, letters: Vec<DeadLetter>) -> Result<
 }
 
 /// Runs file work off the runtime's threads (each step ends in an fsync).
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> Result<T, Stop> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(done) => done.map_err(Stop::Io),
-        Err(_) => Err(Stop::Closed),
-    }
-}
-
-/// The event of a dead letter, to be stored again as it arrived.
-fn resent_event(record: Record) -> NewEvent {
-    NewEvent {
-        received_ms: record.received_ms,
-        early: record.early,
-        route: record.route.into(),
-        event_id: record.event_id,
-        headers: record.headers,
-        body: record.body.into(),
-        resend: true,
-    }
-}
-
 /// The dead letters directly in `dir` (none when it does not exist).
 fn read_dir_letters(dir: &Path, queued_for_retry: bool) -> io::Result<Vec<DeadLetter>> {
     let entries = match fs::read_dir(dir) {
@@ -261,24 +219,6 @@ fn read_record(bytes: &[u8]) -> Result<Record, String> {
         (_, Some(damage)) => Err(format!("{}; names {:?}", damage.error, damage.named)),
         (None, None) => Err("empty".to_owned()),
     }
-}
-
-/// Gives `path` the owner of `like`: an operator runs the commands as root, and the edge
-/// (its own user) must be able to remove what it resends from the queue.
-fn owned_like(path: &Path, like: &Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = fs::metadata(like)?;
-    std::os::unix::fs::chown(path, Some(owner.uid()), Some(owner.gid()))
-}
-
-/// Removes `path` (gone already is fine: a purge and a resend may meet) and makes that
-/// durable.
-fn remove_durably(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
 fn file_name(seq: u64) -> String {

@@ -1,11 +1,11 @@
-//! Bytes the spool keeps beside its segments, in `dead-letter/` and `quarantine/`. The
-//! edge never deletes from either, so they count toward `spool.max_bytes`: without that
-//! they could fill the disk unseen.
+//! Bytes the spool keeps beside its segments, in `dead-letter/` and `quarantine/` (and
+//! `replay/` while a replay is queued). The edge never deletes from the first two, so
+//! they count toward `spool.max_bytes`: without that they could fill the disk unseen.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{dead_letters, quarantine};
+use super::{dead_letters, quarantine, replay};
 
 /// The bytes in each of the two directories, as last measured (plus dead letters stored
 /// since).
@@ -13,6 +13,7 @@ use super::{dead_letters, quarantine};
 pub(crate) struct KeptBytes {
     dead_letter: AtomicU64,
     quarantine: AtomicU64,
+    replay_queued: AtomicU64,
 }
 
 impl KeptBytes {
@@ -34,6 +35,8 @@ impl KeptBytes {
             dir_bytes(&spool_dir.join(quarantine::DIR)),
             Ordering::Release,
         );
+        self.replay_queued
+            .store(dir_bytes(&spool_dir.join(replay::DIR)), Ordering::Release);
     }
 
     /// A dead letter of `bytes` was stored.
@@ -50,7 +53,7 @@ impl KeptBytes {
     }
 
     pub(crate) fn total(&self) -> u64 {
-        self.dead_letter() + self.quarantine()
+        self.dead_letter() + self.quarantine() + self.replay_queued.load(Ordering::Acquire)
     }
 }
 

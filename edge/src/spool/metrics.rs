@@ -45,6 +45,10 @@ pub struct SpoolMetrics {
     pub quarantine_bytes: Gauge,
     /// Dead letters an operator queued for retry, stored again.
     pub dead_letters_resent: Counter,
+    /// Bytes of delivered segments kept for replay (`spool.retain_delivered`).
+    pub retained_bytes: Gauge,
+    /// Delivered events an operator's `edge replay` stored again for delivery.
+    pub replayed: Counter,
 }
 
 impl SpoolMetrics {
@@ -66,6 +70,8 @@ impl SpoolMetrics {
             dead_letter_bytes: Gauge::default(),
             quarantine_bytes: Gauge::default(),
             dead_letters_resent: Counter::default(),
+            retained_bytes: Gauge::default(),
+            replayed: Counter::default(),
         };
         registry.register(
             "dedupe_id_conflicts",
@@ -97,6 +103,16 @@ impl SpoolMetrics {
             "dead_letters_resent",
             "Dead letters queued by `edge dead-letter retry` and stored in the spool again for delivery",
             metrics.dead_letters_resent.clone(),
+        );
+        spool.register(
+            "retained_bytes",
+            "Bytes of delivered segments kept in <spool.dir>/delivered/ for edge replay (spool.retain_delivered); they give way to undelivered events under spool.max_bytes",
+            metrics.retained_bytes.clone(),
+        );
+        spool.register(
+            "replayed",
+            "Delivered events queued by `edge replay` and stored in the spool again for delivery, marked Edge-Replay: true",
+            metrics.replayed.clone(),
         );
         spool.register(
             "fill_ratio",

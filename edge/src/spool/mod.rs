@@ -18,7 +18,10 @@ mod reader;
 pub(crate) mod recent_ids;
 pub mod record;
 mod recovery;
+pub mod replay;
+pub mod resend;
 mod reserve;
+mod retained;
 pub mod scan;
 mod segments;
 mod shared;
@@ -319,6 +322,7 @@ mod tests {
             stall_timeout: Duration::from_secs(5),
             max_queued_bytes: 64 << 20,
             sync_delay: Duration::ZERO,
+            retain_delivered: Duration::ZERO,
             preallocate: true,
         }
     }
@@ -984,7 +988,7 @@ mod tests {
             .unwrap();
         }
 
-        let resending = tokio::spawn(dead_letters::resend_queued(
+        let resending = tokio::spawn(resend::resend_queued(
             Arc::clone(&spool),
             Duration::from_millis(10),
         ));
@@ -1006,6 +1010,82 @@ mod tests {
         assert!(kept[0].1.contains("evt-damaged"), "{kept:?}");
         spool.close().await;
         resending.await.unwrap();
+    }
+
+    /// With `retain_delivered`, delivered segments move to `delivered/` instead of away;
+    /// a replay queues what its filter selects among delivered records (retained or
+    /// still live, never undelivered ones), and the running edge stores each again with
+    /// its id, marked. Retention turned off deletes what was kept.
+    #[tokio::test]
+    async fn delivered_segments_are_kept_and_a_replay_stores_the_selected_ones_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let retaining = SpoolSettings {
+            retain_delivered: Duration::from_secs(3600),
+            ..settings(dir.path())
+        };
+        let (spool, _) = open_with(&retaining, metrics.clone());
+        let spool = Arc::new(spool);
+        for i in 0..40 {
+            spool.append(event(&format!("e{i}"), 300)).await.unwrap();
+        }
+        // e0..e29 are delivered (seq 1..30).
+        spool.advance_checkpoint(30).await.unwrap();
+        let retained = list_segments(&dir.path().join(retained::DIR)).unwrap();
+        assert!(retained.len() >= 2, "{retained:?}");
+        assert!(metrics.retained_bytes.get() > 0);
+
+        let by_prefix = |prefix: &str| replay::ReplayFilter {
+            id_prefix: Some(prefix.into()),
+            ..Default::default()
+        };
+        let dry = replay::queue(dir.path(), &by_prefix("e1"), true).unwrap();
+        assert_eq!((dry.events, dry.files.len()), (11, 0), "e1, e10..e19");
+        let undelivered_left_out = replay::queue(dir.path(), &by_prefix("e3"), true).unwrap();
+        assert_eq!(
+            undelivered_left_out.events, 1,
+            "e3; e30..e39 are undelivered"
+        );
+        let queued = replay::queue(dir.path(), &by_prefix("e1"), false).unwrap();
+        assert_eq!((queued.events, queued.files.len()), (11, 1));
+
+        let resending = tokio::spawn(resend::resend_queued(
+            Arc::clone(&spool),
+            Duration::from_millis(10),
+        ));
+        let started = std::time::Instant::now();
+        while metrics.replayed.get() < 11 {
+            assert!(started.elapsed() < Duration::from_secs(5), "never replayed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stored = dump(dir.path()).unwrap();
+        let again: Vec<_> = stored.iter().filter(|r| r.seq > 40).collect();
+        let ids: Vec<_> = again.iter().map(|r| r.event_id.as_str()).collect();
+        let mut wanted = vec!["e1".to_owned()];
+        wanted.extend((10..20).map(|i| format!("e{i}")));
+        assert_eq!(ids, wanted);
+        assert!(again.iter().all(|r| {
+            r.headers
+                .iter()
+                .any(|(name, value)| name == replay::MARK_HEADER && value.as_slice() == b"true")
+        }));
+        assert!(
+            !dir.path()
+                .join(replay::DIR)
+                .join(queued.files[0].file_name().unwrap())
+                .exists()
+        );
+        spool.close().await;
+        resending.await.unwrap();
+
+        let (spool, _) = open_with(&settings(dir.path()), metrics.clone());
+        assert!(
+            list_segments(&dir.path().join(retained::DIR))
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(metrics.retained_bytes.get(), 0);
+        spool.close().await;
     }
 
     /// Dead letters and quarantine count toward `max_bytes`: kept files alone can take

@@ -26,7 +26,7 @@ use super::recent_ids::RecentIds;
 use super::record::{FRAME_HEADER_LEN, FrameError, HeaderError, SegmentFormat};
 use super::scan::{Damage, Scanned, highest_seq_named, scan_segment};
 use super::segments::{list_segments, new_segment_format, segment_path};
-use super::{checkpoint, quarantine};
+use super::{checkpoint, quarantine, retained};
 use crate::config::SpoolSettings;
 
 /// What recovery found and did, for the start-up log.
@@ -113,7 +113,12 @@ pub(super) fn recover(
             segments.insert(*first, meta);
         }
     }
-    remove_delivered(dir, &mut segments, checkpoint)?;
+    remove_delivered(
+        dir,
+        &mut segments,
+        checkpoint,
+        !settings.retain_delivered.is_zero(),
+    )?;
 
     let next_seq = replay.last_seq + 1;
     let (active, active_preallocated) =
@@ -396,12 +401,14 @@ pub(super) fn create_segment(dir: &Path, first_seq: u64) -> std::io::Result<(Fil
 }
 
 /// Removes every segment but the newest whose records are all at or below the
-/// checkpoint, that is, whose successor starts at or below `checkpoint + 1`. One that
-/// held damage is moved to `quarantine/` instead of deleted.
+/// checkpoint, that is, whose successor starts at or below `checkpoint + 1`: deleted, or
+/// kept for replay when `retain` (`retained`). One that held damage is moved to
+/// `quarantine/` instead.
 pub(super) fn remove_delivered(
     dir: &Path,
     segments: &mut BTreeMap<u64, SegmentMeta>,
     checkpoint: u64,
+    retain: bool,
 ) -> std::io::Result<u64> {
     let firsts: Vec<u64> = segments.keys().copied().collect();
     let delivered: Vec<u64> = firsts
@@ -419,6 +426,10 @@ pub(super) fn remove_delivered(
                     &path,
                     "delivered, but held damaged records (see the log)",
                 )?;
+                freed += meta.bytes;
+            }
+            Some(meta) if retain => {
+                retained::keep(dir, &path)?;
                 freed += meta.bytes;
             }
             Some(meta) => {

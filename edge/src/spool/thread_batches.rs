@@ -160,6 +160,7 @@ mod tests {
             stall_timeout: Duration::from_secs(5),
             max_queued_bytes: 64 << 20,
             sync_delay: Duration::ZERO,
+            retain_delivered: Duration::ZERO,
             preallocate: false,
         };
         let metrics = SpoolMetrics::register(&mut Default::default());

@@ -29,9 +29,10 @@ use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
 use super::segments::segment_path;
 use super::shared::Shared;
 use super::spare::{self, Spare};
-use super::{checkpoint, reserve};
+use super::{checkpoint, reserve, retained};
 use crate::config::SpoolSettings;
 use crate::event::mac_of_key;
+use edge_kit::clock::unix_ms;
 use edge_kit::log_throttle::LogThrottle;
 
 pub(super) enum Command {
@@ -53,6 +54,7 @@ pub(super) struct Writer {
     max_bytes: u64,
     group: GroupCommit,
     sync_delay: Duration,
+    retain_delivered: Duration,
     segments: BTreeMap<u64, SegmentMeta>,
     active: File,
     /// The active segment is zero-filled to its full size, so appends overwrite.
@@ -86,13 +88,14 @@ impl Writer {
         shared: Arc<Shared>,
         metrics: SpoolMetrics,
     ) -> Self {
-        let writer = Self {
+        let mut writer = Self {
             dir: settings.dir.clone(),
             pop: pop.to_owned(),
             segment_bytes: settings.segment_bytes,
             max_bytes: settings.max_bytes,
             group: GroupCommit::new(settings.max_batch_delay),
             sync_delay: settings.sync_delay,
+            retain_delivered: settings.retain_delivered,
             segments: recovered.segments,
             active: recovered.active,
             active_preallocated: recovered.active_preallocated,
@@ -113,6 +116,7 @@ impl Writer {
             kept_measured: Instant::now(),
             _lock: recovered.lock,
         };
+        writer.prune_retained();
         writer.publish_gauges();
         writer
     }
@@ -512,6 +516,10 @@ impl Writer {
         );
         self.shared
             .set_durable_end(first_seq, format.header_len() as u64);
+        if !self.retain_delivered.is_zero() {
+            // Undelivered events grew by a segment: retained ones may have to make room.
+            self.prune_retained();
+        }
         Ok(())
     }
 
@@ -537,8 +545,14 @@ impl Writer {
                 meta.damaged = true;
             }
         }
-        let freed = remove_delivered(&self.dir, &mut self.segments, seq)?;
+        let freed = remove_delivered(
+            &self.dir,
+            &mut self.segments,
+            seq,
+            !self.retain_delivered.is_zero(),
+        )?;
         self.total_bytes -= freed;
+        self.prune_retained();
         reserve::ensure(&self.dir);
         // A delivered segment that held damage went to quarantine; an operator may have
         // emptied a directory.
@@ -548,6 +562,23 @@ impl Writer {
         }
         self.publish_gauges();
         Ok(())
+    }
+
+    /// Retained delivered segments past `spool.retain_delivered`, or in the room that
+    /// undelivered events and kept files need, go (oldest first). Two segments of room
+    /// stay free, so the writer never waits on retention.
+    fn prune_retained(&mut self) {
+        let held = self.total_bytes + self.shared.kept.total();
+        let room = self
+            .max_bytes
+            .saturating_sub(held)
+            .saturating_sub(2 * self.segment_bytes);
+        match retained::prune(&self.dir, self.retain_delivered, room, unix_ms()) {
+            Ok(bytes) => {
+                self.metrics.retained_bytes.set(bytes as i64);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot prune delivered segments kept for replay"),
+        }
     }
 
     fn publish_gauges(&self) {
