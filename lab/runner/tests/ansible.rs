@@ -35,6 +35,7 @@ fn ansible_provisions_upgrades_and_refuses_bad_config() {
     canary_stops_a_broken_build(&fleet, &lab, &machines);
     rotate_ticket_keys(&fleet, &lab, &machines);
     pause_the_fleet(&fleet, &lab, &machines);
+    replay_a_range(&fleet, &lab, &machines);
     operations(&lab, &machines);
     hardening(&lab, &machines);
     power_cut(&lab, &mut machines[1]);
@@ -578,6 +579,70 @@ fn pause_the_fleet(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         run.elapsed.as_secs_f64(),
         outcomes.len(),
         resumed.elapsed.as_secs_f64(),
+    );
+}
+
+/// `replay.yml` over the fleet: the webhooks of a time range, counted on each PoP and
+/// summed (a dry run first), are stored again and sent, marked; the origin, which still
+/// has them within its de-duplication window, keeps one copy of each.
+fn replay_a_range(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
+    let replayed = || -> f64 {
+        machines
+            .iter()
+            .map(|m| metric(m, "edge_spool_replayed_total", "pop="))
+            .sum()
+    };
+    let at = |time| humantime::format_rfc3339_millis(time).to_string();
+    let since = at(std::time::SystemTime::now());
+    let outcomes = lab
+        .load("ansible-replay", 30, Duration::from_secs(2))
+        .finish(lab);
+    assert!(
+        outcomes.iter().all(|o| o.acked()),
+        "{:?}",
+        failures(&outcomes)
+    );
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
+    let until = at(std::time::SystemTime::now());
+    let range = |dry_run: bool| {
+        let run = fleet.playbook(
+            "replay.yml",
+            &[
+                "-e".to_owned(),
+                format!("replay_since={since}"),
+                "-e".to_owned(),
+                format!("replay_until={until}"),
+                "-e".to_owned(),
+                "replay_route=hooks_github".to_owned(),
+                "-e".to_owned(),
+                format!("replay_dry_run={dry_run}"),
+            ],
+        );
+        run.assert_ok();
+        run
+    };
+    let before = replayed();
+    let counted = range(true);
+    let total = format!("fleet replay events={} pops=2", outcomes.len());
+    assert!(counted.output.contains(&total), "{}", counted.output);
+    assert_eq!(replayed(), before, "a dry run sends nothing");
+    let sent = range(false);
+    assert!(sent.output.contains(&total), "{}", sent.output);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replayed() < before + outcomes.len() as f64 {
+        assert!(
+            Instant::now() < deadline,
+            "replayed {}",
+            replayed() - before
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
+    println!(
+        "scenario ansible-replay: replay.yml counted {n} webhooks of a {since}..{until} range over 2 PoPs (dry run, {:.1} s), then stored and sent all {n} again ({:.1} s); the origin kept one copy of each",
+        counted.elapsed.as_secs_f64(),
+        sent.elapsed.as_secs_f64(),
+        n = outcomes.len(),
     );
 }
 
@@ -1273,6 +1338,7 @@ fn build_package(repo: &Path, out: &Path, revision: Option<&str>) -> (PathBuf, S
         cargo.args(["--deb-revision", revision]);
     }
     let path = PathBuf::from(run_ok(&mut cargo).trim());
+    assert_ships_the_docs(&path, out);
     let version = run_ok(
         Command::new("dpkg-deb")
             .args(["-f"])
@@ -1280,6 +1346,24 @@ fn build_package(repo: &Path, out: &Path, revision: Option<&str>) -> (PathBuf, S
             .arg("Version"),
     );
     (path, version.trim().to_owned())
+}
+
+/// The package carries the edge's README and the alerts' runbook, where operators look.
+fn assert_ships_the_docs(package: &Path, scratch: &Path) {
+    let unpacked = scratch.join("docs-check");
+    let _ = std::fs::remove_dir_all(&unpacked);
+    run_ok(
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(package)
+            .arg(&unpacked),
+    );
+    let docs = unpacked.join("usr/share/doc/webhook-edge");
+    let readme = std::fs::read_to_string(docs.join("README.md")).unwrap();
+    assert!(readme.starts_with("# edge:"), "not the edge's README");
+    let runbook = std::fs::read_to_string(docs.join("RUNBOOK.md")).unwrap();
+    assert!(runbook.contains("## WebhookEdgeSpoolDamaged"));
+    std::fs::remove_dir_all(&unpacked).unwrap();
 }
 
 /// The upgrade package with its edge binary swapped for a `rollback-rehearsal` build
@@ -1438,9 +1522,10 @@ const COMMON_UNITS: [&str; 4] = [
     "prometheus-node-exporter",
     "anycast-addresses",
 ];
-const PLAYBOOKS: [&str; 7] = [
+const PLAYBOOKS: [&str; 8] = [
     "site.yml",
     "backhaul.yml",
+    "replay.yml",
     "origin-stream.yml",
     "rolling-deploy.yml",
     "drain.yml",
