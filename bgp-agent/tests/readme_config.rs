@@ -1,11 +1,11 @@
-//! The README's agent config is real: it parses and validates as the agent's own file,
+//! bgp-agent/README.md's agent config is real: it parses and validates as the agent's own file,
 //! and the values it shows for what can be left out are the defaults.
 
 use bgp_agent::config::Settings;
 
 #[test]
 fn the_readme_agent_config_parses_and_shows_the_defaults() {
-    let block = lab::readme::yaml_block("## BGP agent");
+    let block = lab::readme::yaml_block("bgp-agent/README.md", "## BGP agent");
     let readme = Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
     assert_eq!(readme.prefixes.len(), 2);
     let required_only = lab::readme::without_keys(&block, DEFAULTED);

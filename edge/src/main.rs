@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 /// Every request allocates and frees a few dozen small buffers across two threads (the
 /// connection's worker and the spool writer); mimalloc's per-thread free lists make
-/// that cheaper than glibc's arenas (README, performance). Built without transparent
+/// that cheaper than glibc's arenas (lab/bench/README.md). Built without transparent
 /// huge pages: with them an idle HTTP/2 connection held 52 KB of RSS instead of 35.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

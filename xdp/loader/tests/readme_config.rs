@@ -1,11 +1,11 @@
-//! The README's edge-xdp config is real: it parses and validates as the loader's own
+//! xdp/README.md's edge-xdp config is real: it parses and validates as the loader's own
 //! file, and the values it shows for what can be left out are the defaults.
 
 use edge_xdp::config::Settings;
 
 #[test]
 fn the_readme_xdp_config_parses_and_shows_the_defaults() {
-    let block = lab::readme::yaml_block("## XDP filter");
+    let block = lab::readme::yaml_block("xdp/README.md", "## XDP filter");
     let readme = Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
     assert_eq!(readme.interface, "eth0");
     let required_only = lab::readme::without_keys(&block, DEFAULTED);
