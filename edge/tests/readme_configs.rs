@@ -96,43 +96,27 @@ fn the_readme_example_shows_the_defaults() {
     let shown = parse(&example, dir.path()).unwrap();
     let defaulted = parse(&defaults_left_out, dir.path())
         .unwrap_or_else(|e| panic!("{e:?}\n{defaults_left_out}"));
-    for (name, shown, defaulted) in [
-        (
-            "listener",
-            format!("{:?}", shown.listener),
-            format!("{:?}", defaulted.listener),
-        ),
-        (
-            "tls",
-            format!("{:?}", shown.tls),
-            format!("{:?}", defaulted.tls),
-        ),
-        (
-            "spool",
-            format!("{:?}", shown.spool),
-            format!("{:?}", defaulted.spool),
-        ),
-        (
-            "http",
-            format!("{:?}", shown.http),
-            format!("{:?}", defaulted.http),
-        ),
-        (
-            "connections",
-            format!("{:?}", shown.connections),
-            format!("{:?}", defaulted.connections),
-        ),
-        (
-            "drain",
-            format!("{:?}", (shown.drain_grace, shown.shutdown_timeout)),
-            format!("{:?}", (defaulted.drain_grace, defaulted.shutdown_timeout)),
-        ),
-    ] {
+    for ((name, shown), (_, defaulted)) in sections(&shown).into_iter().zip(sections(&defaulted)) {
         assert_eq!(
             shown, defaulted,
             "{README} shows a value for {name} that is not its default"
         );
     }
+}
+
+/// The settings of the sections with defaults, as text to compare.
+fn sections(settings: &edge::config::Settings) -> [(&'static str, String); 6] {
+    [
+        ("listener", format!("{:?}", settings.listener)),
+        ("tls", format!("{:?}", settings.tls)),
+        ("spool", format!("{:?}", settings.spool)),
+        ("http", format!("{:?}", settings.http)),
+        ("connections", format!("{:?}", settings.connections)),
+        (
+            "drain",
+            format!("{:?}", (settings.drain_grace, settings.shutdown_timeout)),
+        ),
+    ]
 }
 
 /// Keys the example sets to values of its own (required ones, or chosen to show how).
