@@ -18,7 +18,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub use checks::{CheckClass, CheckKind, CheckSettings};
-pub use speaker::{DegradedAttributes, SpeakerSettings};
+pub use speaker::{BirdSettings, DegradedAttributes, ExabgpSettings, SpeakerSettings};
 
 use crate::hysteresis::{Dampening, Policy};
 
@@ -378,7 +378,7 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
         );
         assert!(c.policy.dampening.is_some());
         assert_eq!(c.checks[1].class, CheckClass::Shared);
-        assert!(matches!(c.speaker, SpeakerSettings::Bird { .. }));
+        assert!(matches!(c.speaker, SpeakerSettings::Bird(_)));
     }
 
     #[test]

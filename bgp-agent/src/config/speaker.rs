@@ -11,35 +11,43 @@ use serde::Deserialize;
 #[derive(Clone, Debug, PartialEq)]
 pub enum SpeakerSettings {
     /// The agent is ExaBGP's `process`: commands on stdout, acks on stdin.
-    Exabgp {
-        /// Communities on every announcement.
-        communities: Vec<String>,
-        /// The MED announced, if any.
-        med: Option<u32>,
-        /// Times `local_as` is prepended to the AS path.
-        as_path_prepend: u32,
-        /// The agent's own AS, prepended `as_path_prepend` times.
-        local_as: Option<u32>,
-        /// Instead of `med` and `as_path_prepend` while a `degrade` check fails.
-        degraded: DegradedAttributes,
-        /// How long ExaBGP has to confirm a command.
-        ack_timeout: Duration,
-    },
+    Exabgp(ExabgpSettings),
     /// The agent rewrites a file BIRD includes and runs `birdc configure`.
-    Bird {
-        /// The include file the agent rewrites.
-        include_file: PathBuf,
-        /// BIRD's control socket.
-        socket: PathBuf,
-        /// The `birdc` program.
-        birdc: PathBuf,
-        /// The name of the IPv4 prefix set the include file defines.
-        define_v4: String,
-        /// The name of the IPv6 prefix set.
-        define_v6: String,
-        /// How long `birdc configure` may take.
-        timeout: Duration,
-    },
+    Bird(BirdSettings),
+}
+
+/// What the agent tells ExaBGP to announce, and how long it waits for its answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExabgpSettings {
+    /// Communities on every announcement.
+    pub communities: Vec<String>,
+    /// The MED announced, if any.
+    pub med: Option<u32>,
+    /// Times `local_as` is prepended to the AS path.
+    pub as_path_prepend: u32,
+    /// The agent's own AS, prepended `as_path_prepend` times.
+    pub local_as: Option<u32>,
+    /// Instead of `med` and `as_path_prepend` while a `degrade` check fails.
+    pub degraded: DegradedAttributes,
+    /// How long ExaBGP has to confirm a command.
+    pub ack_timeout: Duration,
+}
+
+/// Where BIRD's include file and control socket are, and how long `birdc` may take.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BirdSettings {
+    /// The include file the agent rewrites.
+    pub include_file: PathBuf,
+    /// BIRD's control socket.
+    pub socket: PathBuf,
+    /// The `birdc` program.
+    pub birdc: PathBuf,
+    /// The name of the IPv4 prefix set the include file defines.
+    pub define_v4: String,
+    /// The name of the IPv6 prefix set.
+    pub define_v6: String,
+    /// How long `birdc configure` may take.
+    pub timeout: Duration,
 }
 
 /// What a degraded PoP announces with ExaBGP (BIRD: its export filter decides).
@@ -137,28 +145,28 @@ impl RawSpeaker {
                         "must set med or as_path_prepend for the degrade checks to change anything",
                     );
                 }
-                SpeakerSettings::Exabgp {
+                SpeakerSettings::Exabgp(ExabgpSettings {
                     communities: raw.communities,
                     med: raw.med,
                     as_path_prepend: raw.as_path_prepend,
                     local_as: raw.local_as,
                     degraded: raw.degraded,
                     ack_timeout: raw.ack_timeout,
-                }
+                })
             }
             RawSpeaker::Bird(raw) => {
                 // An empty path stands in for a missing one, which is an error already.
                 let mut required = |field: &str, value: Option<PathBuf>| {
                     errors.required(field, value).unwrap_or_default()
                 };
-                SpeakerSettings::Bird {
+                SpeakerSettings::Bird(BirdSettings {
                     include_file: required("speaker.include_file", raw.include_file),
                     socket: required("speaker.socket", raw.socket),
                     birdc: raw.birdc,
                     define_v4: raw.define_v4,
                     define_v6: raw.define_v6,
                     timeout: raw.timeout,
-                }
+                })
             }
         }
     }

@@ -9,53 +9,36 @@
 //! (`if net ~ ANYCAST_V4_GSHUT then bgp_community.add((65535, 0));`), `_DEGRADED` those
 //! to make less preferred (`if net ~ ANYCAST_V4_DEGRADED then bgp_path.prepend(65002);`).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use ipnet::IpNet;
 
 use super::advert::Advert;
-use crate::config::SpeakerSettings;
+use crate::config::BirdSettings;
 use crate::metrics::{PeerLabel, Sessions};
 
 pub(crate) struct Bird {
     prefixes: Vec<IpNet>,
-    include_file: PathBuf,
-    socket: PathBuf,
-    birdc: PathBuf,
-    define_v4: String,
-    define_v6: String,
-    timeout: Duration,
+    settings: BirdSettings,
 }
 
 impl Bird {
-    pub(crate) fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>) -> Self {
-        let SpeakerSettings::Bird {
-            include_file,
-            socket,
-            birdc,
-            define_v4,
-            define_v6,
-            timeout,
-        } = config
-        else {
-            unreachable!("built from a bird config");
-        };
+    pub(crate) fn new(settings: &BirdSettings, prefixes: Vec<IpNet>) -> Self {
         Self {
             prefixes,
-            include_file: include_file.clone(),
-            socket: socket.clone(),
-            birdc: birdc.clone(),
-            define_v4: define_v4.clone(),
-            define_v6: define_v6.clone(),
-            timeout: *timeout,
+            settings: settings.clone(),
         }
     }
 
     pub(crate) async fn apply(&mut self, advert: Advert) -> anyhow::Result<()> {
-        let text = render(&self.define_v4, &self.define_v6, &self.prefixes, advert);
-        let temp = self.include_file.with_extension("tmp");
+        let text = render(
+            &self.settings.define_v4,
+            &self.settings.define_v6,
+            &self.prefixes,
+            advert,
+        );
+        let temp = self.settings.include_file.with_extension("tmp");
         tokio::fs::write(&temp, text)
             .await
             .with_context(|| format!("writing {}", temp.display()))?;
@@ -63,21 +46,26 @@ impl Bird {
         tokio::fs::set_permissions(&temp, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .await
             .with_context(|| format!("making {} readable", temp.display()))?;
-        tokio::fs::rename(&temp, &self.include_file)
+        tokio::fs::rename(&temp, &self.settings.include_file)
             .await
-            .with_context(|| format!("renaming to {}", self.include_file.display()))?;
+            .with_context(|| format!("renaming to {}", self.settings.include_file.display()))?;
         let output = tokio::time::timeout(
-            self.timeout,
-            tokio::process::Command::new(&self.birdc)
+            self.settings.timeout,
+            tokio::process::Command::new(&self.settings.birdc)
                 .arg("-s")
-                .arg(&self.socket)
+                .arg(&self.settings.socket)
                 .arg("configure")
                 .kill_on_drop(true)
                 .output(),
         )
         .await
-        .with_context(|| format!("birdc configure took longer than {:?}", self.timeout))?
-        .with_context(|| format!("running {}", self.birdc.display()))?;
+        .with_context(|| {
+            format!(
+                "birdc configure took longer than {:?}",
+                self.settings.timeout
+            )
+        })?
+        .with_context(|| format!("running {}", self.settings.birdc.display()))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !stdout.contains("Reconfigured") {
             bail!(
@@ -94,7 +82,7 @@ impl Bird {
     /// Keeps `sessions` at what `birdc show protocols all` says of each BGP protocol,
     /// every few seconds; while BIRD does not answer, every session it had is down.
     pub(crate) fn watch_sessions(&self, sessions: Sessions) -> impl Future<Output = ()> + use<> {
-        let (birdc, socket) = (self.birdc.clone(), self.socket.clone());
+        let (birdc, socket) = (self.settings.birdc.clone(), self.settings.socket.clone());
         async move {
             let mut known: Vec<String> = Vec::new();
             let mut tick = tokio::time::interval(SESSION_POLL);

@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::advert::{Advert, GRACEFUL_SHUTDOWN};
-use crate::config::SpeakerSettings;
+use crate::config::ExabgpSettings;
 use crate::metrics::{PeerLabel, Sessions};
 
 pub(crate) struct ExaBgp {
@@ -32,18 +32,15 @@ pub(crate) struct ExaBgp {
 }
 
 impl ExaBgp {
-    pub(crate) fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
-        let SpeakerSettings::Exabgp {
+    pub(crate) fn new(settings: &ExabgpSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
+        let ExabgpSettings {
             communities,
             med,
             as_path_prepend,
             local_as,
             degraded,
             ack_timeout,
-        } = config
-        else {
-            unreachable!("built from an exabgp config");
-        };
+        } = settings;
         let (tx, acks) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut lines = BufReader::new(tokio::io::stdin()).lines();

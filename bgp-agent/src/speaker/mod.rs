@@ -28,11 +28,11 @@ impl Speaker {
     /// The speaker for `config`; it keeps `sessions` at the state of its BGP sessions.
     pub(crate) fn new(config: &SpeakerSettings, prefixes: Vec<IpNet>, sessions: Sessions) -> Self {
         match config {
-            SpeakerSettings::Exabgp { .. } => {
-                Speaker::Exabgp(exabgp::ExaBgp::new(config, prefixes, sessions))
+            SpeakerSettings::Exabgp(exabgp) => {
+                Speaker::Exabgp(exabgp::ExaBgp::new(exabgp, prefixes, sessions))
             }
-            SpeakerSettings::Bird { .. } => {
-                let bird = bird::Bird::new(config, prefixes);
+            SpeakerSettings::Bird(bird) => {
+                let bird = bird::Bird::new(bird, prefixes);
                 tokio::spawn(bird.watch_sessions(sessions));
                 Speaker::Bird(bird)
             }
@@ -60,12 +60,12 @@ impl Speaker {
 /// respawns that process when it dies, and the fresh agent withdraws first.
 pub async fn withdraw_out_of_band(config: &Settings) -> anyhow::Result<()> {
     match &config.speaker {
-        SpeakerSettings::Bird { .. } => {
-            bird::Bird::new(&config.speaker, config.prefixes.clone())
+        SpeakerSettings::Bird(bird) => {
+            bird::Bird::new(bird, config.prefixes.clone())
                 .apply(Advert::Withdrawn)
                 .await
         }
-        SpeakerSettings::Exabgp { .. } => anyhow::bail!(
+        SpeakerSettings::Exabgp(_) => anyhow::bail!(
             "speaker exabgp: nothing to withdraw from outside; ExaBGP respawns the agent, \
              which starts withdrawn (stop ExaBGP to take the session down)"
         ),
