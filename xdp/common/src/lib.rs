@@ -123,6 +123,51 @@ pub enum List {
     BlockV6 = 3,
 }
 
+/// The names of the program's maps: each is a static of that name in the eBPF crate
+/// (aya names a map after its static), and the loader finds them under these names
+/// only, checking at load that the object has every one.
+pub mod maps {
+    /// Drop and pass counts per reason.
+    pub const COUNTERS: &str = "COUNTERS";
+    /// IPv4 allowlist trie.
+    pub const ALLOW_V4: &str = "ALLOW_V4";
+    /// IPv6 allowlist trie.
+    pub const ALLOW_V6: &str = "ALLOW_V6";
+    /// IPv4 blocklist trie.
+    pub const BLOCK_V4: &str = "BLOCK_V4";
+    /// IPv6 blocklist trie.
+    pub const BLOCK_V6: &str = "BLOCK_V6";
+    /// Protected IPv4 prefixes.
+    pub const PROTECTED_V4: &str = "PROTECTED_V4";
+    /// Protected IPv6 prefixes.
+    pub const PROTECTED_V6: &str = "PROTECTED_V6";
+    /// How many protected prefixes of each family are in use.
+    pub const PROTECTED_COUNT: &str = "PROTECTED_COUNT";
+    /// TCP ports served, indexed by port.
+    pub const TCP_PORTS: &str = "TCP_PORTS";
+    /// UDP ports served, indexed by port.
+    pub const UDP_PORTS: &str = "UDP_PORTS";
+    /// The rate limits.
+    pub const LIMITS: &str = "LIMITS";
+    /// Each list's hints.
+    pub const HINTS: &str = "HINTS";
+    /// The maps the loader fills or reads (the SYN and ICMP buckets are the program's own).
+    pub const FILLED: [&str; 12] = [
+        COUNTERS,
+        ALLOW_V4,
+        ALLOW_V6,
+        BLOCK_V4,
+        BLOCK_V6,
+        PROTECTED_V4,
+        PROTECTED_V6,
+        PROTECTED_COUNT,
+        TCP_PORTS,
+        UDP_PORTS,
+        LIMITS,
+        HINTS,
+    ];
+}
+
 /// How many lists there are: the length of the `HINTS` map.
 pub const LISTS: u32 = 4;
 

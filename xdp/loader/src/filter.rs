@@ -8,7 +8,7 @@ use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, MapData, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use ipnet::IpNet;
-use xdp_common::{Counter, Hints, Limits, List, PRESENT, Prefix, REASONS, Reason};
+use xdp_common::{Counter, Hints, Limits, List, PRESENT, Prefix, REASONS, Reason, maps};
 
 use crate::config::{Mode, Settings};
 
@@ -35,6 +35,11 @@ impl Filter {
         program
             .load()
             .context("the kernel refused the XDP program")?;
+        if let Some(missing) = maps::FILLED.iter().find(|name| ebpf.map(name).is_none()) {
+            anyhow::bail!(
+                "the XDP object has no {missing} map: the eBPF crate and xdp_common disagree"
+            );
+        }
         Ok(Filter {
             ebpf,
             marked_ports: Default::default(),
@@ -45,24 +50,24 @@ impl Filter {
     pub fn apply(&mut self, config: &Settings) -> anyhow::Result<()> {
         self.set_protected(&config.protected)?;
         self.set_prefixes(
-            ("ALLOW_V4", List::AllowV4),
-            ("ALLOW_V6", List::AllowV6),
+            (maps::ALLOW_V4, List::AllowV4),
+            (maps::ALLOW_V6, List::AllowV6),
             &config.allowlist,
         )?;
         self.set_prefixes(
-            ("BLOCK_V4", List::BlockV4),
-            ("BLOCK_V6", List::BlockV6),
+            (maps::BLOCK_V4, List::BlockV4),
+            (maps::BLOCK_V6, List::BlockV6),
             &config.blocklist,
         )?;
-        self.set_ports("TCP_PORTS", &config.tcp_ports)?;
-        self.set_ports("UDP_PORTS", &config.udp_ports)?;
+        self.set_ports(maps::TCP_PORTS, &config.tcp_ports)?;
+        self.set_ports(maps::UDP_PORTS, &config.udp_ports)?;
         let limits = Limits {
             syn_per_second: config.syn_rate.per_second,
             syn_burst: config.syn_rate.burst,
             icmp_per_second: config.icmp_rate.per_second,
             icmp_burst: config.icmp_rate.burst,
         };
-        let mut array: Array<&mut MapData, Limits> = Array::try_from(self.map("LIMITS")?)?;
+        let mut array: Array<&mut MapData, Limits> = Array::try_from(self.map(maps::LIMITS)?)?;
         array.set(0, limits, 0)?;
         Ok(())
     }
@@ -97,7 +102,7 @@ impl Filter {
 
     /// Packets and bytes per reason, summed over CPUs.
     pub fn counters(&self) -> anyhow::Result<[Counter; REASONS]> {
-        let map = self.ebpf.map("COUNTERS").context("no COUNTERS map")?;
+        let map = self.ebpf.map(maps::COUNTERS).context("no COUNTERS map")?;
         let per_cpu: PerCpuArray<&MapData, Counter> = PerCpuArray::try_from(map)?;
         let mut out = [Counter::default(); REASONS];
         for reason in Reason::ALL {
@@ -160,13 +165,14 @@ impl Filter {
                 .map(prefix)
                 .collect(),
         );
-        for (name, list) in [("PROTECTED_V4", &v4), ("PROTECTED_V6", &v6)] {
+        for (name, list) in [(maps::PROTECTED_V4, &v4), (maps::PROTECTED_V6, &v6)] {
             let mut array: Array<&mut MapData, Prefix> = Array::try_from(self.map(name)?)?;
             for (i, p) in list.iter().enumerate() {
                 array.set(i as u32, *p, 0)?;
             }
         }
-        let mut counts: Array<&mut MapData, u32> = Array::try_from(self.map("PROTECTED_COUNT")?)?;
+        let mut counts: Array<&mut MapData, u32> =
+            Array::try_from(self.map(maps::PROTECTED_COUNT)?)?;
         counts.set(0, v4.len() as u32, 0)?;
         counts.set(1, v6.len() as u32, 0)?;
         Ok(())
@@ -212,7 +218,7 @@ impl Filter {
                 v6_hints.add_v6((u128::from(addr) >> 96) as u32, net.prefix_len());
             }
         }
-        let mut hints: Array<&mut MapData, Hints> = Array::try_from(self.map("HINTS")?)?;
+        let mut hints: Array<&mut MapData, Hints> = Array::try_from(self.map(maps::HINTS)?)?;
         hints.set(v4_list as u32, v4_hints, 0)?;
         hints.set(v6_list as u32, v6_hints, 0)?;
         Ok(())
