@@ -5,10 +5,10 @@ use bgp_agent::config::Settings;
 
 #[test]
 fn the_readme_agent_config_parses_and_shows_the_defaults() {
-    let block = lab::readme::yaml_block("bgp-agent/README.md", "## BGP agent");
+    let block = testkit::readme::yaml_block("bgp-agent/README.md", "## BGP agent");
     let readme = Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
     assert_eq!(readme.prefixes.len(), 2);
-    let required_only = lab::readme::without_keys(&block, DEFAULTED);
+    let required_only = testkit::readme::without_keys(&block, DEFAULTED);
     let defaults = Settings::parse(&required_only).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(readme.interval, defaults.interval, "interval");
     assert_eq!(

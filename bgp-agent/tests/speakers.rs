@@ -145,7 +145,7 @@ fn exercise_health_and_drain(
 
 #[test]
 fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
-    lab::require_root!("network namespaces");
+    testkit::require_root!("network namespaces");
     let mut lab = Lab::new("x");
     lab.start_upstream_bird();
     let flag = lab.path("ready");
@@ -244,7 +244,7 @@ fn exabgp_speaker_follows_readiness_drain_and_agent_restarts() {
 
 #[test]
 fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
-    lab::require_root!("network namespaces");
+    testkit::require_root!("network namespaces");
     let mut lab = Lab::new("b");
     let config = bird_pop(&mut lab);
     let pop = lab.pop.clone();
@@ -289,7 +289,7 @@ fn bird_speaker_follows_readiness_drain_and_withdraws_on_sigterm() {
 /// the route away within a second and the restarted agent brings it back after `rise`.
 #[test]
 fn bird_agent_reloads_on_sighup_and_a_killed_agent_is_withdrawn_by_its_supervisor() {
-    lab::require_root!("network namespaces");
+    testkit::require_root!("network namespaces");
     let mut lab = Lab::new("s");
     let config = bird_pop(&mut lab);
     let config_arg = config.to_str().unwrap();

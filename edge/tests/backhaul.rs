@@ -679,7 +679,7 @@ async fn a_full_spool_disk_with_preallocated_segments_answers_503_and_recovers_b
 }
 
 async fn full_spool_disk(preallocate: bool) {
-    ::lab::require_root!("mounting a filesystem");
+    testkit::require_root!("mounting a filesystem");
     let mut nats = Nats::start();
     let mut edge = Edge::start(
         &format!("  segment_bytes: 1MiB\n  max_bytes: 1GiB\n  preallocate: {preallocate}\n"),

@@ -612,8 +612,8 @@ fn backhaul(nats: &Nats) -> String {
 /// How many times each webhook's event id is in the stream.
 async fn origin_counts(nats: &Nats) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
-    if let Ok(arrivals) = lab::origin::arrivals(
-        &lab::origin::OriginAccess::open(vec![nats.url()]),
+    if let Ok(arrivals) = testkit::origin::arrivals(
+        &testkit::origin::OriginAccess::open(vec![nats.url()]),
         "WEBHOOKS",
     )
     .await

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use lab::readme::yaml_block;
+use testkit::readme::yaml_block;
 
 #[test]
 fn the_readme_edge_config_parses() {
@@ -55,7 +55,7 @@ fn every_key_the_parser_knows_is_in_the_readme() {
     put_unknown_key(&mut value);
     let errors = parse(&serde_yaml::to_string(&value).unwrap(), dir.path())
         .expect_err("unknown keys are errors");
-    let documented = yaml_keys(&lab::readme::text(README));
+    let documented = yaml_keys(&testkit::readme::text(README));
     let mut paths = 0;
     let mut missing = Vec::new();
     for error in &errors {

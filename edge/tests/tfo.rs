@@ -6,8 +6,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ::lab::netns;
 use testkit::edge::*;
+use testkit::netns;
 
 fn in_ns(ns: &str, args: &[&str]) -> String {
     netns::output(ns, args)
@@ -24,7 +24,7 @@ fn passive_tfo(ns: &str) -> u64 {
 
 #[test]
 fn second_curl_uses_fast_open_and_the_edge_counts_it() {
-    ::lab::require_root!("network namespaces");
+    testkit::require_root!("network namespaces");
     let ns = netns::Netns::create(format!("edge-tfo-{}", std::process::id())).unwrap();
     in_ns(ns.name(), &["sysctl", "-qw", "net.ipv4.tcp_fastopen=3"]);
 

@@ -16,6 +16,10 @@ pub mod fleet;
 pub mod packets;
 pub mod xdp;
 
+/// What the product crates' tests use of the lab runner, so that they depend on the
+/// testkit alone.
+pub use lab::{netns, origin, readme, require_root};
+
 use std::path::PathBuf;
 
 /// A binary of the workspace, as cargo built it for the running test or benchmark:

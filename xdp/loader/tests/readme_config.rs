@@ -5,10 +5,10 @@ use edge_xdp::config::Settings;
 
 #[test]
 fn the_readme_xdp_config_parses_and_shows_the_defaults() {
-    let block = lab::readme::yaml_block("xdp/README.md", "## XDP filter");
+    let block = testkit::readme::yaml_block("xdp/README.md", "## XDP filter");
     let readme = Settings::parse(&block).unwrap_or_else(|e| panic!("{e:?}\n{block}"));
     assert_eq!(readme.interface, "eth0");
-    let required_only = lab::readme::without_keys(&block, DEFAULTED);
+    let required_only = testkit::readme::without_keys(&block, DEFAULTED);
     let defaults = Settings::parse(&required_only).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(readme.tcp_ports, defaults.tcp_ports);
     assert_eq!(readme.syn_rate, defaults.syn_rate);

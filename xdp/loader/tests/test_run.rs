@@ -65,7 +65,7 @@ fn expect(filter: &Filter, packet: &[u8], reason: Reason, what: &str) {
 
 #[test]
 fn every_rule_and_reason_v4() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let f = filter();
     let syn = |src, dst, port| ipv4(src, dst, 6, &tcp(port, SYN)).bytes();
     expect(&f, &arp().bytes(), Reason::Pass, "non-IP passes");
@@ -171,7 +171,7 @@ fn every_rule_and_reason_v4() {
 
 #[test]
 fn syn_and_icmp_rates() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let f = filter();
     let src = Ipv4Addr::new(100, 64, 9, 9);
     for i in 0..3 {
@@ -218,7 +218,7 @@ fn syn_and_icmp_rates() {
 
 #[test]
 fn vlan_tags() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let f = filter();
     let syn = ipv4(CLIENT, VIP, 6, &tcp(80, SYN | ACK));
     expect(&f, &syn.clone().vlan(10).bytes(), Reason::Pass, "one tag");
@@ -247,7 +247,7 @@ fn vlan_tags() {
 
 #[test]
 fn malformed_v4() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let f = filter();
     let whole = ipv4(CLIENT, VIP, 6, &tcp(443, ACK)).vlan(5).bytes();
     // The kernel runs XDP tests only on frames of at least an Ethernet header.
@@ -294,7 +294,7 @@ fn malformed_v4() {
 
 #[test]
 fn ipv6_rules_extension_headers_and_rates() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let f = filter();
     let syn6 = |src, ext: &[(u8, usize)]| ipv6(src, VIP6, ext, 6, &tcp(443, SYN)).bytes();
     expect(&f, &syn6(CLIENT6, &[]), Reason::Pass, "v6 SYN");
@@ -411,7 +411,7 @@ fn ipv6_rules_extension_headers_and_rates() {
 
 #[test]
 fn empty_lists_are_skipped_and_refilled_lists_apply() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let mut f = filter();
     let text = CONFIG.replace(
         "allowlist: [198.51.100.0/24, \"2001:db8:aaaa::/48\"]",
@@ -436,7 +436,7 @@ fn empty_lists_are_skipped_and_refilled_lists_apply() {
 
 #[test]
 fn lists_are_replaced_on_reapply() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let mut f = filter();
     let src = Ipv4Addr::new(100, 64, 200, 1);
     expect(
@@ -463,7 +463,7 @@ fn lists_are_replaced_on_reapply() {
 
 #[test]
 fn list_hints_only_skip_sources_the_lists_cannot_hold() {
-    lab::require_root!("loading an XDP program");
+    testkit::require_root!("loading an XDP program");
     let mut f = filter();
     let text = CONFIG.replace(
         "blocklist: [203.0.113.0/24, \"2001:db8:bad::/48\"]",

@@ -116,12 +116,12 @@ fn junk_counts_match(mode: &str, tag: &str) {
 
 #[test]
 fn veth_driver_mode() {
-    lab::require_root!("XDP on a veth in network namespaces");
+    testkit::require_root!("XDP on a veth in network namespaces");
     junk_counts_match("driver", "d");
 }
 
 #[test]
 fn veth_skb_mode() {
-    lab::require_root!("XDP on a veth in network namespaces");
+    testkit::require_root!("XDP on a veth in network namespaces");
     junk_counts_match("skb", "s");
 }
