@@ -170,7 +170,6 @@ async fn resend_letters(spool: &Arc<Spool>, letters: Vec<DeadLetter>) -> Result<
     Ok(())
 }
 
-/// Runs file work off the runtime's threads (each step ends in an fsync).
 /// The dead letters directly in `dir` (none when it does not exist).
 fn read_dir_letters(dir: &Path, queued_for_retry: bool) -> io::Result<Vec<DeadLetter>> {
     let entries = match fs::read_dir(dir) {
