@@ -552,13 +552,14 @@ impl Writer {
             !self.retain_delivered.is_zero(),
         )?;
         self.total_bytes -= freed;
-        self.prune_retained();
         reserve::ensure(&self.dir);
-        // A delivered segment that held damage went to quarantine; an operator may have
-        // emptied a directory.
+        // A delivered segment went to quarantine or was retained; an operator may have
+        // emptied a directory; retained segments age. Not on every checkpoint: under
+        // load those come every 100 ms.
         if freed > 0 || self.kept_measured.elapsed() >= REMEASURE_KEPT {
             self.shared.kept.remeasure(&self.dir);
             self.kept_measured = Instant::now();
+            self.prune_retained();
         }
         self.publish_gauges();
         Ok(())
@@ -617,5 +618,6 @@ fn appends_in(commands: &[Command]) -> usize {
         .sum()
 }
 
-/// How often a checkpoint measures `dead-letter/` and `quarantine/` again.
+/// How often a checkpoint measures `dead-letter/` and `quarantine/` again and prunes
+/// the retained delivered segments.
 const REMEASURE_KEPT: Duration = Duration::from_secs(10);
