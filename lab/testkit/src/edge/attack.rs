@@ -14,7 +14,7 @@ use super::Edge;
 pub struct Legit {
     started: tokio::time::Instant,
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<Vec<Result<Duration, String>>>,
+    results: tokio::sync::oneshot::Receiver<Vec<Result<Duration, String>>>,
 }
 
 impl Legit {
@@ -28,38 +28,21 @@ impl Legit {
         let run = NEXT_RUN.fetch_add(1, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
-        let task = tokio::spawn(async move {
-            let mut sends = tokio::task::JoinSet::new();
-            let mut tick = tokio::time::interval(LEGIT_INTERVAL);
-            for i in 0usize.. {
-                tick.tick().await;
-                if stopped.load(Ordering::Acquire) {
-                    break;
-                }
-                let request = super::signed_github(
-                    clients[i % 2].post(&url),
-                    &format!("legit-{run}-{i}"),
-                    format!(r#"{{"legit":{i},"run":{run}}}"#).as_bytes(),
-                );
-                sends.spawn(async move {
-                    let started = Instant::now();
-                    match request.send().await {
-                        Ok(r) if r.status().is_success() => Ok(started.elapsed()),
-                        Ok(r) => Err(format!("status {}", r.status())),
-                        Err(e) => Err(format!("{e:?}")),
-                    }
-                });
-            }
-            let mut results = Vec::new();
-            while let Some(result) = sends.join_next().await {
-                results.push(result.unwrap());
-            }
-            results
+        let (report, results) = tokio::sync::oneshot::channel();
+        // Its own thread and runtime: the attack's tasks in this process (hundreds of
+        // clients encrypting megabytes) must not delay the sender's own polling, or the
+        // test would time itself instead of the edge.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("legitimate sender's runtime");
+            let _ = report.send(runtime.block_on(send_until_stopped(clients, url, run, stopped)));
         });
         Legit {
             started: tokio::time::Instant::now(),
             stop,
-            task,
+            results,
         }
     }
 
@@ -67,7 +50,7 @@ impl Legit {
     pub async fn finish(self) -> LegitReport {
         tokio::time::sleep_until(self.started + LEGIT_INTERVAL * MIN_LEGIT_SENT as u32).await;
         self.stop.store(true, Ordering::Release);
-        let results = self.task.await.unwrap();
+        let results = self.results.await.expect("legitimate sender's thread");
         let mut latencies: Vec<Duration> = results.iter().filter_map(|r| r.clone().ok()).collect();
         latencies.sort();
         LegitReport {
@@ -222,6 +205,42 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
         return Duration::ZERO;
     }
     sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// Sends one signed delivery every [`LEGIT_INTERVAL`], alternating the two clients,
+/// until `stopped`; every answer's latency or failure.
+async fn send_until_stopped(
+    clients: [reqwest::Client; 2],
+    url: String,
+    run: u64,
+    stopped: Arc<AtomicBool>,
+) -> Vec<Result<Duration, String>> {
+    let mut sends = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(LEGIT_INTERVAL);
+    for i in 0usize.. {
+        tick.tick().await;
+        if stopped.load(Ordering::Acquire) {
+            break;
+        }
+        let request = super::signed_github(
+            clients[i % 2].post(&url),
+            &format!("legit-{run}-{i}"),
+            format!(r#"{{"legit":{i},"run":{run}}}"#).as_bytes(),
+        );
+        sends.spawn(async move {
+            let started = Instant::now();
+            match request.send().await {
+                Ok(r) if r.status().is_success() => Ok(started.elapsed()),
+                Ok(r) => Err(format!("status {}", r.status())),
+                Err(e) => Err(format!("{e:?}")),
+            }
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(result) = sends.join_next().await {
+        results.push(result.unwrap());
+    }
+    results
 }
 
 fn rss_kib(pid: i32) -> u64 {
