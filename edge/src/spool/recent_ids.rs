@@ -9,42 +9,64 @@
 //! (acknowledged, not stored).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::hash::{BuildHasher, RandomState};
 
 use crate::event::{id_of_key, mac_of_key};
 
 #[derive(Debug)]
 pub(crate) struct RecentIds {
     capacity: usize,
-    order: VecDeque<Remembered>,
-    seq_by_id: HashMap<Arc<str>, u64, Hasher>,
+    prints: Printer,
+    order: VecDeque<KeyPrint>,
+    seq_by_key: HashMap<u128, u64, Hasher>,
     /// How many keys in the window carry each unsigned provider id.
-    keys_by_unsigned_id: HashMap<Arc<str>, u32, Hasher>,
+    keys_by_unsigned_id: HashMap<u128, u32, Hasher>,
     /// For each signature beside an unsigned id in the window (its 128 bits): the
     /// sequence number of the first key that carried it, and how many keys carry it.
     by_mac: HashMap<u128, (u64, u32), Hasher>,
 }
 
-/// Keys come only from verified deliveries and each table is seeded at random, so a
-/// fast hash is enough (SipHash was a tenth of the writer's time per record).
-type Hasher = foldhash::fast::RandomState;
-
-/// A key in the window with what `insert` read from it, so that forgetting it (once
-/// per record stored, when the window is full) parses nothing again.
+/// What the window knows of one key, read once per record.
 #[derive(Debug)]
-struct Remembered {
-    key: Arc<str>,
-    /// The unsigned provider id, where the key carries a body's signature beside one.
-    unsigned_id: Option<Arc<str>>,
-    mac: Option<u128>,
+pub(crate) struct Lookup {
+    /// The key as the window remembers it: [`RecentIds::remember`] takes it back.
+    pub(crate) print: KeyPrint,
+    /// The sequence number the key is durable under, if it is still in the window.
+    pub(crate) stored_as: Option<u64>,
+    /// Where the key is new but a key in the window carries the same signed body under
+    /// another unsigned id: the sequence number that body is durable under.
+    pub(crate) replay_of: Option<u64>,
+    /// The key is new but a key in the window carries its unsigned provider id with
+    /// another body.
+    pub(crate) conflicts: bool,
 }
+
+/// A key reduced to what the window compares: 128-bit fingerprints under the window's
+/// secret seeds (no string kept, hashed or freed again), and the signature's bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyPrint {
+    key: u128,
+    unsigned: Option<UnsignedPrint>,
+}
+
+/// A key that carries a body's signature beside an unsigned provider id.
+#[derive(Clone, Copy, Debug)]
+struct UnsignedPrint {
+    id: u128,
+    mac: u128,
+}
+
+/// The tables' keys are already uniform fingerprints and signatures, so the cheapest
+/// seeded hash does.
+type Hasher = foldhash::fast::RandomState;
 
 impl RecentIds {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
+            prints: Printer::new(),
             order: VecDeque::new(),
-            seq_by_id: HashMap::default(),
+            seq_by_key: HashMap::default(),
             keys_by_unsigned_id: HashMap::default(),
             by_mac: HashMap::default(),
         }
@@ -58,77 +80,60 @@ impl RecentIds {
         }
     }
 
-    /// The sequence number the id was stored under, if it is still in the window.
-    pub(crate) fn get(&self, id: &str) -> Option<u64> {
-        self.seq_by_id.get(id).copied()
-    }
-
-    /// Whether a key in the window carries the same unsigned provider id as `key` but
-    /// another body.
-    pub(crate) fn conflicts(&self, key: &str) -> bool {
-        let id = id_of_key(key);
-        id.len() != key.len()
-            && !self.seq_by_id.contains_key(key)
-            && self.keys_by_unsigned_id.contains_key(id)
-    }
-
-    /// Where `key` is new but a key in the window carries the same signed body under
-    /// another unsigned id: the sequence number that body is durable under.
-    pub(crate) fn replay_of(&self, key: &str) -> Option<u64> {
-        let mac = mac_bits(key)?;
-        if self.seq_by_id.contains_key(key) {
-            return None;
+    /// Everything the window knows of `key`.
+    pub(crate) fn look_up(&self, key: &str) -> Lookup {
+        let print = self.prints.of(key);
+        let stored_as = self.seq_by_key.get(&print.key).copied();
+        let new_unsigned = print.unsigned.filter(|_| stored_as.is_none());
+        Lookup {
+            print,
+            stored_as,
+            replay_of: new_unsigned.and_then(|u| self.by_mac.get(&u.mac).map(|&(seq, _)| seq)),
+            conflicts: new_unsigned.is_some_and(|u| self.keys_by_unsigned_id.contains_key(&u.id)),
         }
-        self.by_mac.get(&mac).map(|&(seq, _)| seq)
     }
 
-    pub(crate) fn insert(&mut self, id: &str, seq: u64) {
-        if self.seq_by_id.contains_key(id) {
+    /// Remembers `key` as durable under `seq`; a key already in the window keeps its
+    /// first sequence number.
+    pub(crate) fn insert(&mut self, key: &str, seq: u64) {
+        let print = self.prints.of(key);
+        self.remember(print, seq);
+    }
+
+    /// [`RecentIds::insert`] for a key this window has looked up.
+    pub(crate) fn remember(&mut self, print: KeyPrint, seq: u64) {
+        if self.seq_by_key.contains_key(&print.key) {
             return;
         }
         if self.order.len() == self.capacity {
             self.forget_oldest();
         }
-        let key: Arc<str> = Arc::from(id);
-        let unsigned_id = id_of_key(&key);
-        let unsigned_id = (unsigned_id.len() != key.len()).then(|| Arc::from(unsigned_id));
-        if let Some(unsigned_id) = &unsigned_id {
-            *self
-                .keys_by_unsigned_id
-                .entry(Arc::clone(unsigned_id))
-                .or_default() += 1;
+        if let Some(unsigned) = print.unsigned {
+            *self.keys_by_unsigned_id.entry(unsigned.id).or_default() += 1;
+            self.by_mac.entry(unsigned.mac).or_insert((seq, 0)).1 += 1;
         }
-        let mac = mac_bits(&key);
-        if let Some(mac) = mac {
-            self.by_mac.entry(mac).or_insert((seq, 0)).1 += 1;
-        }
-        self.seq_by_id.insert(Arc::clone(&key), seq);
-        self.order.push_back(Remembered {
-            key,
-            unsigned_id,
-            mac,
-        });
+        self.seq_by_key.insert(print.key, seq);
+        self.order.push_back(print);
     }
 
     fn forget_oldest(&mut self) {
         let Some(oldest) = self.order.pop_front() else {
             return;
         };
-        self.seq_by_id.remove(&oldest.key);
-        if let Some(unsigned_id) = oldest.unsigned_id
-            && let Some(keys) = self.keys_by_unsigned_id.get_mut(&unsigned_id)
-        {
+        self.seq_by_key.remove(&oldest.key);
+        let Some(unsigned) = oldest.unsigned else {
+            return;
+        };
+        if let Some(keys) = self.keys_by_unsigned_id.get_mut(&unsigned.id) {
             *keys -= 1;
             if *keys == 0 {
-                self.keys_by_unsigned_id.remove(&unsigned_id);
+                self.keys_by_unsigned_id.remove(&unsigned.id);
             }
         }
-        if let Some(mac) = oldest.mac
-            && let Some((_, keys)) = self.by_mac.get_mut(&mac)
-        {
+        if let Some((_, keys)) = self.by_mac.get_mut(&unsigned.mac) {
             *keys -= 1;
             if *keys == 0 {
-                self.by_mac.remove(&mac);
+                self.by_mac.remove(&unsigned.mac);
             }
         }
     }
@@ -139,7 +144,36 @@ impl RecentIds {
     }
 }
 
-/// The signature beside an unsigned id in `key`, as a number (no allocation to keep it).
+/// Two independently keyed SipHash-1-3 instances (std's `RandomState`), one window's
+/// own: 128 bits, so that two distinct keys in a window of millions share a print with
+/// a probability near 2^-90, far below the disk's own error rate (a shared print would
+/// acknowledge a new delivery as a duplicate); keyed, so nobody can aim for one.
+#[derive(Debug)]
+struct Printer([RandomState; 2]);
+
+impl Printer {
+    fn new() -> Self {
+        Self([RandomState::new(), RandomState::new()])
+    }
+
+    fn of(&self, key: &str) -> KeyPrint {
+        let unsigned = mac_bits(key).map(|mac| UnsignedPrint {
+            id: self.hash(id_of_key(key)),
+            mac,
+        });
+        KeyPrint {
+            key: self.hash(key),
+            unsigned,
+        }
+    }
+
+    fn hash(&self, text: &str) -> u128 {
+        let [high, low] = &self.0;
+        (u128::from(high.hash_one(text)) << 64) | u128::from(low.hash_one(text))
+    }
+}
+
+/// The signature beside an unsigned id in `key`, as a number.
 fn mac_bits(key: &str) -> Option<u128> {
     u128::from_str_radix(mac_of_key(key)?, 16).ok()
 }
@@ -147,6 +181,20 @@ fn mac_bits(key: &str) -> Option<u128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl RecentIds {
+        fn get(&self, key: &str) -> Option<u64> {
+            self.look_up(key).stored_as
+        }
+
+        fn conflicts(&self, key: &str) -> bool {
+            self.look_up(key).conflicts
+        }
+
+        fn replay_of(&self, key: &str) -> Option<u64> {
+            self.look_up(key).replay_of
+        }
+    }
 
     #[test]
     fn shrinking_forgets_the_oldest_first() {

@@ -23,7 +23,7 @@ use super::append::{AppendError, Appended, NewEvent};
 use super::group_commit::{GroupCommit, MAX_BATCH_RECORDS, Next};
 use super::lag::LagBytes;
 use super::metrics::SpoolMetrics;
-use super::recent_ids::RecentIds;
+use super::recent_ids::{KeyPrint, RecentIds};
 use super::record::{RecordView, SegmentFormat};
 use super::recovery::{Recovered, SegmentMeta, create_segment, remove_delivered};
 use super::segments::segment_path;
@@ -211,8 +211,8 @@ impl Writer {
             return refused;
         }
         let mut outcomes: Vec<Result<Appended, AppendError>> = Vec::with_capacity(appends.len());
-        let mut batch_ids: HashMap<(&str, &str), u64> = HashMap::new();
-        let mut batch_macs: HashMap<(&str, &str), u64> = HashMap::new();
+        let mut batch_ids: BatchIds<'_> = HashMap::default();
+        let mut batch_macs: HashMap<(&str, &str), u64, BatchHasher> = HashMap::default();
         // Reused across batches: large short-lived buffers make glibc malloc consolidate.
         let mut buf = std::mem::take(&mut self.batch_buf);
         let mut frame = std::mem::take(&mut self.frame_buf);
@@ -225,15 +225,16 @@ impl Writer {
                 continue;
             }
             let key = (&*event.route, event.event_id.as_str());
-            let known = self.recent.get(key.0).and_then(|window| window.get(key.1));
-            if let Some(seq) = known.or_else(|| batch_ids.get(&key).copied())
+            let seen = self.recent.get(key.0).map(|window| window.look_up(key.1));
+            let known = seen.as_ref().and_then(|seen| seen.stored_as);
+            if let Some(seq) = known.or_else(|| batch_ids.get(&key).map(|&(seq, _)| seq))
                 && !event.resend
             {
                 outcomes.push(Ok(Appended::Duplicate { seq }));
                 continue;
             }
             let mac = mac_of_key(key.1).map(|mac| (key.0, mac));
-            let replayed = self.recent.get(key.0).and_then(|w| w.replay_of(key.1));
+            let replayed = seen.as_ref().and_then(|seen| seen.replay_of);
             if let Some(seq) = replayed.or_else(|| batch_macs.get(&mac?).copied())
                 && !event.resend
             {
@@ -248,7 +249,7 @@ impl Writer {
                 outcomes.push(Ok(Appended::Replay { seq }));
                 continue;
             }
-            if !event.resend && self.recent.get(key.0).is_some_and(|w| w.conflicts(key.1)) {
+            if !event.resend && seen.as_ref().is_some_and(|seen| seen.conflicts) {
                 self.metrics.id_conflicts.inc();
                 if self.conflict_log.allow() {
                     tracing::warn!(
@@ -290,7 +291,7 @@ impl Writer {
             buf.extend_from_slice(&frame);
             batch_bytes += len;
             self.next_seq += 1;
-            batch_ids.insert(key, seq);
+            batch_ids.insert(key, (seq, seen.map(|seen| seen.print)));
             if let Some(mac) = mac {
                 batch_macs.insert(mac, seq);
             }
@@ -324,7 +325,7 @@ impl Writer {
         io_result: std::io::Result<()>,
         outcomes: &mut Vec<Result<Appended, AppendError>>,
         appends: usize,
-        batch_ids: HashMap<(&str, &str), u64>,
+        batch_ids: BatchIds<'_>,
         batch_bytes: u64,
     ) {
         let durable = self.durable_next_seq;
@@ -338,11 +339,12 @@ impl Writer {
             }
             outcomes.resize_with(appends, || Err(refusal.clone()));
         }
-        for ((route, id), seq) in batch_ids {
+        for ((route, _), (seq, print)) in batch_ids {
             if seq < durable
+                && let Some(print) = print
                 && let Some(window) = self.recent.get_mut(route)
             {
-                window.insert(id, seq);
+                window.remember(print, seq);
             }
         }
         // After a failure only part of the batch is on disk: count what the segments hold.
@@ -620,4 +622,10 @@ fn appends_in(commands: &[Command]) -> usize {
 
 /// How often a checkpoint measures `dead-letter/` and `quarantine/` again and prunes
 /// the retained delivered segments.
+/// One batch's stored keys, (route, key): the sequence number and the window's print
+/// of the key, remembered once the batch is durable.
+type BatchIds<'a> = HashMap<(&'a str, &'a str), (u64, Option<KeyPrint>), BatchHasher>;
+/// A batch's routes and keys come from verified deliveries: a cheap seeded hash does.
+type BatchHasher = foldhash::fast::RandomState;
+
 const REMEASURE_KEPT: Duration = Duration::from_secs(10);
