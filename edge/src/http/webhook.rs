@@ -156,7 +156,7 @@ async fn handle_route(
         verified.mac(),
     ) {
         Ok(id) => id,
-        Err(e) => return json(StatusCode::BAD_REQUEST, &format!(r#"{{"error":"{e}"}}"#)),
+        Err(e) => return json(StatusCode::BAD_REQUEST, format!(r#"{{"error":"{e}"}}"#)),
     };
     let new_event = NewEvent {
         received_ms,
@@ -248,7 +248,7 @@ fn unverified(app: &App, entry: &RouteEntry, error: VerifyError) -> Response<Res
     }
     json(
         StatusCode::UNAUTHORIZED,
-        &format!(r#"{{"error":"{error}"}}"#),
+        format!(r#"{{"error":"{error}"}}"#),
     )
 }
 
@@ -328,7 +328,7 @@ fn answer_append(
             };
             let mut response = json(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &format!(r#"{{"error":"{said}; retry later"}}"#),
+                format!(r#"{{"error":"{said}; retry later"}}"#),
             );
             response
                 .headers_mut()
@@ -404,7 +404,7 @@ fn refused(
     }
     let mut response = json(
         status,
-        &format!(
+        format!(
             r#"{{"error":"{}","reason":"{reason}","priority":"{}"}}"#,
             if status == StatusCode::TOO_MANY_REQUESTS {
                 "too many requests from this source; retry later"
@@ -579,14 +579,14 @@ fn discard_rest(mut body: RequestBody, version: http::Version, answer: &Response
 fn ack(status: StatusCode, seq: u64, duplicate: bool) -> Response<ResponseBody> {
     json(
         status,
-        &format!(r#"{{"status":"stored","seq":{seq},"duplicate":{duplicate}}}"#),
+        format!(r#"{{"status":"stored","seq":{seq},"duplicate":{duplicate}}}"#),
     )
 }
 
 fn too_large(limit: u64) -> Response<ResponseBody> {
     json(
         StatusCode::PAYLOAD_TOO_LARGE,
-        &format!(r#"{{"error":"body larger than {limit} bytes"}}"#),
+        format!(r#"{{"error":"body larger than {limit} bytes"}}"#),
     )
 }
 
@@ -598,8 +598,10 @@ fn closing(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
     response
 }
 
-pub(crate) fn json(status: StatusCode, body: &str) -> Response<ResponseBody> {
-    let mut response = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+/// A JSON answer. `body` is taken as it is (a static text or a formatted string), not
+/// copied.
+pub(crate) fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<ResponseBody> {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
