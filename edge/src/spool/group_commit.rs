@@ -3,8 +3,7 @@
 //!
 //! With `max_batch_delay` set and concurrent senders (the last batch had company), a
 //! batch waits up to that long to grow as large as the last one. A lone sender is never
-//! delayed. With 0 (the default) batches form on their own while the previous fdatasync
-//! runs.
+//! delayed. With 0, batches form on their own while the previous fdatasync runs.
 
 use std::time::{Duration, Instant};
 
