@@ -108,7 +108,7 @@ impl Spool {
             Arc::clone(&shared),
             metrics.clone(),
         );
-        let task = tokio::spawn(tracing::Instrument::in_current_span(writer.run(rx)));
+        let task = writer.spawn(rx).context("starting the spool writer")?;
         let spool = Spool {
             batches: Arc::new(ThreadBatches::new(commands.clone(), Arc::clone(&shared))),
             commands,

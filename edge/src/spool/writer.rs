@@ -1,11 +1,12 @@
-//! The spool's only writer: one task that turns concurrent appends into group commits.
+//! The spool's only writer: one thread that turns concurrent appends into group commits.
 //! It takes every queued append, writes them with one `pwrite`, makes them durable with
-//! one `fdatasync` (on tokio's blocking pool), and only then answers each caller. Owning
-//! all mutable spool state in one place also makes de-duplication race-free.
+//! one `fdatasync`, and only then answers each caller. Owning all mutable spool state in
+//! one place also makes de-duplication race-free.
 //!
 //! Appends arrive in per-thread batches (`thread_batches`), each answered with one
-//! completion, and the batch's file I/O is the only hand-off to the blocking pool, so a
-//! group commit costs a few thread wake-ups, not two per request.
+//! completion. The writer has a thread (and a small runtime for its linger timer) of its
+//! own and does its file I/O there: a batch crosses threads once each way, and a stalled
+//! disk holds only this thread, never a worker's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -121,14 +122,35 @@ impl Writer {
         writer
     }
 
-    pub(super) async fn run(self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let mut writer = self;
+    /// Starts the writer on its own thread; the task returned (on the caller's runtime)
+    /// ends when the writer does.
+    pub(super) fn spawn(
+        self,
+        commands: mpsc::UnboundedReceiver<Command>,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
+        let (ended_tx, ended) = oneshot::channel();
+        let span = tracing::Span::current();
+        std::thread::Builder::new()
+            .name("edge-spool-writer".to_owned())
+            .spawn(move || {
+                runtime.block_on(tracing::Instrument::instrument(self.run(commands), span));
+                let _ = ended_tx.send(());
+            })?;
+        Ok(tokio::spawn(async move {
+            let _ = ended.await;
+        }))
+    }
+
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut queued = Vec::new();
         loop {
             if commands.recv_many(&mut queued, MAX_BATCH_RECORDS).await == 0 {
                 break;
             }
-            writer.linger(&mut commands, &mut queued).await;
+            self.linger(&mut commands, &mut queued).await;
             let mut events = Vec::new();
             let mut replies = Vec::new();
             let mut checkpoints = Vec::new();
@@ -140,33 +162,21 @@ impl Writer {
                         events.extend(batch);
                     }
                     Command::Checkpoint(seq, reply) => checkpoints.push((seq, reply)),
-                    Command::Windows(windows) => writer.set_windows(windows),
+                    Command::Windows(windows) => self.set_windows(windows),
                     Command::Shutdown => shutdown = true,
                 }
             }
-            let seqs: Vec<u64> = checkpoints.iter().map(|(seq, _)| *seq).collect();
             let batch_body_bytes: u64 = events.iter().map(|e| e.body.len() as u64).sum();
-            #[expect(
-                clippy::expect_used,
-                reason = "a panic ends the process (edge_kit::panic), so the join cannot fail"
-            )]
-            let (returned, outcomes, checkpointed) = tokio::task::spawn_blocking(move || {
-                let outcomes = if events.is_empty() {
-                    Vec::new()
-                } else {
-                    writer.commit(&events)
-                };
-                let checkpointed: Vec<_> = seqs
-                    .into_iter()
-                    .map(|seq| writer.checkpoint_through(seq))
-                    .collect();
-                (writer, outcomes, checkpointed)
-            })
-            .await
-            .expect("spool writer panicked");
-            writer = returned;
-            writer
-                .shared
+            let outcomes = if events.is_empty() {
+                Vec::new()
+            } else {
+                self.commit(&events)
+            };
+            let checkpointed: Vec<_> = checkpoints
+                .iter()
+                .map(|&(seq, _)| self.checkpoint_through(seq))
+                .collect();
+            self.shared
                 .queued_bytes
                 .fetch_sub(batch_body_bytes, Ordering::AcqRel);
             let mut outcomes = outcomes.into_iter();
@@ -180,7 +190,7 @@ impl Writer {
                 break;
             }
         }
-        tracing::info!(durable_seq = writer.next_seq - 1, "spool writer stopped");
+        tracing::info!(durable_seq = self.next_seq - 1, "spool writer stopped");
     }
 
     /// Takes more commands while the group-commit policy says the batch should grow.
