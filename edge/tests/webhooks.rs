@@ -321,6 +321,116 @@ async fn every_provider_scheme_end_to_end() {
     );
 }
 
+/// Dropbox, Okta and Microsoft Graph handshakes are answered on the routes configured for
+/// them, in each provider's own shape, and never stored; a route without `challenge:`
+/// answers a handshake as any other request (405 for a GET); a value the edge would not
+/// echo gets a 400; events on the same routes are verified and stored as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn endpoint_handshakes_are_answered_only_where_configured_and_never_stored() {
+    let routes = r#"  - path: /hooks/dropbox
+    provider: hmac
+    secrets: ["dropbox-secret"]
+    hmac: { header: X-Dropbox-Signature, id_header: X-Request-Id }
+    challenge: dropbox
+  - path: /hooks/okta
+    provider: hmac
+    secrets: ["okta-secret"]
+    hmac: { header: X-Signature, id_header: X-Request-Id }
+    challenge: okta
+  - path: /hooks/graph
+    provider: hmac
+    secrets: ["graph-secret"]
+    hmac: { header: X-Signature, id_header: X-Request-Id }
+    challenge: microsoft_graph
+"#;
+    let edge = Edge::start("", routes);
+    let c = client(&edge, false);
+
+    let r = c
+        .get(edge.url("/hooks/dropbox?challenge=z9Xq-4%2B7"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(r.text().await.unwrap(), "z9Xq-4+7");
+
+    let r = c
+        .get(edge.url("/hooks/okta"))
+        .header("x-okta-verification-challenge", "okta-7f1e")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body, serde_json::json!({ "verification": "okta-7f1e" }));
+
+    let token =
+        "Validation: Testing client application reachability for subscription Request-Id: 9d1c";
+    let r = c
+        .post(edge.url("/hooks/graph"))
+        .query(&[("validationToken", token)])
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), token);
+
+    let r = c
+        .get(edge.url("/hooks/github?challenge=x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405, "a route without challenge: answers none");
+    let r = c
+        .get(edge.url("/hooks/okta?challenge=x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405, "only the configured handshake's shape");
+    let r = c
+        .get(edge.url("/hooks/dropbox?challenge=%3Cscript%3E%0A"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("printable ASCII"));
+
+    let body = br#"{"list_folder":{"accounts":["dbid:1"]}}"#;
+    let r = c
+        .post(edge.url("/hooks/dropbox"))
+        .header(
+            "X-Dropbox-Signature",
+            hex::encode(hmac_sha256(b"dropbox-secret", &[body])),
+        )
+        .header("X-Request-Id", "dbx-1")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        202,
+        "events on a handshake route are verified and stored"
+    );
+    assert_eq!(
+        spool_ids(&edge),
+        [("hooks_dropbox".to_owned(), "dbx-1".to_owned())],
+        "handshakes are answered, not stored"
+    );
+    let metrics = edge.metrics();
+    for line in [
+        r#"edge_challenges_total{pop="test",route="hooks_dropbox",challenge="dropbox",outcome="answered"} 1"#,
+        r#"edge_challenges_total{pop="test",route="hooks_dropbox",challenge="dropbox",outcome="not_printable"} 1"#,
+        r#"edge_challenges_total{pop="test",route="hooks_okta",challenge="okta",outcome="answered"} 1"#,
+        r#"edge_challenges_total{pop="test",route="hooks_graph",challenge="microsoft_graph",outcome="answered"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn full_spool_answers_503_with_retry_after_and_writes_nothing_partial() {
     let edge = Edge::start(

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use crate::admission::limiter::Priority;
 use crate::admission::rate_limit::Rate;
-use crate::verify::{self, Digest, Encoding, HmacSpec, Provider, Scheme, Verifier};
+use crate::verify::{self, Challenge, Digest, Encoding, HmacSpec, Provider, Scheme, Verifier};
 
 /// One webhook endpoint.
 #[derive(Clone, Debug)]
@@ -39,6 +39,8 @@ pub struct Route {
     pub priority: Priority,
     /// Per-source request rate (429 beyond it); `None`: no limit.
     pub rate_limit: Option<Rate>,
+    /// The endpoint handshake the provider sends before any event, answered here.
+    pub challenge: Option<Challenge>,
 }
 
 /// What a route does with a request that arrived as replayable 0-RTT early data.
@@ -92,6 +94,8 @@ pub(super) struct RawRoute {
     /// Default by provider: [`default_priority`].
     priority: Option<Priority>,
     rate_limit: Option<RawRate>,
+    /// The provider's endpoint handshake to answer: dropbox, okta or microsoft_graph.
+    challenge: Option<Challenge>,
 }
 
 #[derive(Deserialize)]
@@ -234,6 +238,7 @@ impl RawRoute {
                 .priority
                 .unwrap_or_else(|| default_priority(self.provider)),
             rate_limit,
+            challenge: self.challenge,
         })
     }
 }

@@ -26,6 +26,7 @@ pub(crate) struct App {
     pub shed_log: edge_kit::log_throttle::LogThrottle,
     pub head_log: edge_kit::log_throttle::LogThrottle,
     pub verify_log: edge_kit::log_throttle::LogThrottle,
+    pub challenge_log: edge_kit::log_throttle::LogThrottle,
     /// Lives across reloads: the adaptive limit and the queue are the process's.
     pub admission: Arc<Admission>,
     pub spool: Arc<Spool>,
@@ -69,6 +70,7 @@ impl App {
             shed_log: Default::default(),
             head_log: Default::default(),
             verify_log: Default::default(),
+            challenge_log: Default::default(),
             admission,
             spool,
             metrics,

@@ -17,6 +17,7 @@ pub struct HttpMetrics {
     /// Requests refused by a limit before reaching a route (header size, unknown path…).
     rejected: Family<Reason, Counter>,
     early_requests: Family<Reason, Counter>,
+    challenges: Family<RouteChallenge, Counter>,
 }
 
 impl HttpMetrics {
@@ -52,6 +53,11 @@ impl HttpMetrics {
             "early_requests",
             "Requests seen before the handshake completed (or marked Early-Data: 1), by outcome",
             metrics.early_requests.clone(),
+        );
+        registry.register(
+            "challenges",
+            "Provider endpoint handshakes (not events) by route, challenge and outcome",
+            metrics.challenges.clone(),
         );
         metrics
     }
@@ -94,12 +100,30 @@ impl HttpMetrics {
             .inc();
     }
 
+    /// A provider's endpoint handshake: answered, or why not.
+    pub fn challenge(&self, route: &str, challenge: &'static str, outcome: &'static str) {
+        self.challenges
+            .get_or_create(&RouteChallenge {
+                route: route.to_owned(),
+                challenge,
+                outcome,
+            })
+            .inc();
+    }
+
     /// An early (0-RTT) request, by what its route's policy did with it.
     pub fn early_request(&self, outcome: &'static str) {
         self.early_requests
             .get_or_create(&Reason { reason: outcome })
             .inc();
     }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteChallenge {
+    route: String,
+    challenge: &'static str,
+    outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

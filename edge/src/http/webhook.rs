@@ -25,7 +25,10 @@ use crate::config::EarlyDataPolicy;
 use crate::conn_limits::ConnUsage;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
-use crate::verify::{Provider, Verification, VerifyError, url_verification_challenge};
+use crate::verify::{
+    Challenge, ChallengeAnswer, ChallengeError, Provider, Verification, VerifyError,
+    url_verification_challenge,
+};
 
 /// What the connection knows about a request: whether it arrived as TLS early data
 /// (0-RTT), from where, and the connection itself (to drop it on abuse).
@@ -96,6 +99,11 @@ async fn handle_route(
             StatusCode::INTERNAL_SERVER_ERROR,
             r#"{"error":"a deliberately broken build (rollback-rehearsal)"}"#,
         );
+    }
+    if let Some(challenge) = route.challenge
+        && let Some(outcome) = challenge.answer(&parts.method, parts.uri.query(), &parts.headers)
+    {
+        return challenge_answered(app, entry, challenge, outcome);
     }
     // RFC 8470: a proxy in front of us that forwarded early data says so.
     let early = arrival.early
@@ -238,6 +246,37 @@ fn before_body(
         )
         .map_err(|refusal| refused(app, entry, &parts.headers, refusal))?;
     Ok((claim, verification))
+}
+
+/// 200 with a provider's endpoint handshake answered, or 400 for a value that is not
+/// echoed. Anyone can send one (it is unsigned), so it is logged at most once a second.
+fn challenge_answered(
+    app: &App,
+    entry: &RouteEntry,
+    challenge: Challenge,
+    outcome: Result<ChallengeAnswer, ChallengeError>,
+) -> Response<ResponseBody> {
+    let label = outcome.as_ref().map_or_else(|e| e.reason(), |_| "answered");
+    app.metrics
+        .challenge(&entry.name, challenge.as_str(), label);
+    if app.challenge_log.allow() {
+        tracing::info!(route = %entry.name, challenge = challenge.as_str(), outcome = label, "endpoint handshake (logged at most once a second)");
+    }
+    let answer = match outcome {
+        Ok(answer) => answer,
+        Err(e) => return json(StatusCode::BAD_REQUEST, format!(r#"{{"error":"{e}"}}"#)),
+    };
+    let mut response = Response::new(Full::new(answer.body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(answer.content_type),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 /// 401: the signature headers are missing or malformed, or no signature matches.

@@ -11,6 +11,7 @@
 //! length, or the header is malformed), and spread over the upload instead of spent in
 //! one go once the body is in.
 
+mod challenge;
 mod generic_hmac;
 mod github;
 mod shopify;
@@ -27,6 +28,7 @@ use http::HeaderMap;
 use sha2::{Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
+pub use challenge::{Answer as ChallengeAnswer, Challenge, ChallengeError};
 pub use generic_hmac::{Encoding, HmacSpec};
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
 pub use slack::url_verification_challenge;
