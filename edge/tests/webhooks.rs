@@ -431,6 +431,61 @@ async fn endpoint_handshakes_are_answered_only_where_configured_and_never_stored
     }
 }
 
+/// Zoom signs `v0:{ts}:{body}` under its own headers; its signed `endpoint.url_validation`
+/// is answered with the plain token's HMAC under the secret that verified it (the second
+/// of two here, as during a rotation), never stored; an unsigned one gets a 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn zoom_events_are_stored_and_its_url_validation_answered_under_the_matching_secret() {
+    let routes =
+        "  - path: /hooks/zoom\n    provider: zoom\n    secrets: [\"zoom-old\", \"zoom-new\"]\n";
+    let edge = Edge::start("", routes);
+    let c = client(&edge, false);
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let zoom = |body: &'static [u8], secret: &'static [u8]| {
+        let sig = hex::encode(hmac_sha256(secret, &[b"v0:", ts.as_bytes(), b":", body]));
+        c.post(edge.url("/hooks/zoom"))
+            .header("x-zm-signature", format!("v0={sig}"))
+            .header("x-zm-request-timestamp", &ts)
+            .body(body.to_vec())
+            .send()
+    };
+    let event =
+        br#"{"event":"meeting.started","event_ts":1700000000000,"payload":{"object":{"id":"85"}}}"#;
+    assert_eq!(
+        zoom(event, b"zoom-new").await.unwrap().status(),
+        200,
+        "Zoom counts only 200 and 204 as delivered"
+    );
+
+    let validation = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1700000000001,"event":"endpoint.url_validation"}"#;
+    let r = zoom(validation, b"zoom-new").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let answer: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({
+            "plainToken": "qgg8vlvZRS6UYooatFL8Aw",
+            "encryptedToken": hex::encode(hmac_sha256(b"zoom-new", &[b"qgg8vlvZRS6UYooatFL8Aw"])),
+        })
+    );
+    assert_eq!(zoom(validation, b"not-ours").await.unwrap().status(), 401);
+
+    let records = edge::spool::dump(&edge.spool_dir()).unwrap();
+    assert_eq!(records.len(), 1, "the validation is answered, not stored");
+    assert_eq!(records[0].body, event.to_vec());
+    assert!(
+        records[0]
+            .headers
+            .iter()
+            .any(|(name, _)| name == "x-zm-signature"),
+        "Zoom's headers are kept for the origin to verify again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn full_spool_answers_503_with_retry_after_and_writes_nothing_partial() {
     let edge = Edge::start(

@@ -13,6 +13,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Provider::Shopify,
         Provider::Slack,
         Provider::Standard,
+        Provider::Zoom,
         Provider::Hmac,
     ] {
         if let Ok(id) = event_id(provider, Some(&id_header), &headers, body, &[0xab; 32]) {

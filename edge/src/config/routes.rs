@@ -80,7 +80,7 @@ pub(super) struct RawRoute {
     secrets_file: Option<PathBuf>,
     /// Default 1MiB.
     max_body: Option<ByteSize>,
-    /// Default 202 (200 for Shopify).
+    /// Default 202 (200 for Shopify and Zoom).
     ack_status: Option<u16>,
     /// Signed timestamps older or newer than this are refused. Default 300s.
     #[serde(default, with = "humantime_serde")]
@@ -194,7 +194,8 @@ impl RawRoute {
                 "must leave room for the record in one spool.segment_bytes",
             );
         }
-        let default_ack = if self.provider == Provider::Shopify {
+        // Shopify and Zoom count only 200 (Zoom also 204) as delivered.
+        let default_ack = if matches!(self.provider, Provider::Shopify | Provider::Zoom) {
             200
         } else {
             202
@@ -363,6 +364,7 @@ fn scheme(
         (Provider::Stripe, None) => Scheme::Stripe { tolerance },
         (Provider::Slack, None) => Scheme::Slack { tolerance },
         (Provider::Standard, None) => Scheme::Standard { tolerance },
+        (Provider::Zoom, None) => Scheme::Zoom { tolerance },
     };
     Some((scheme, None))
 }

@@ -27,7 +27,7 @@ use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
 use crate::verify::{
     Challenge, ChallengeAnswer, ChallengeError, Provider, Verification, VerifyError,
-    url_verification_challenge,
+    url_validation_token, url_verification_challenge,
 };
 
 /// What the connection knows about a request: whether it arrived as TLS early data
@@ -155,6 +155,16 @@ async fn handle_route(
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         return response;
+    }
+    if route.provider == Provider::Zoom
+        && let Some(plain) = url_validation_token(&body)
+        && let Some(encrypted) = route.verifier.sign_with(verified.key(), plain.as_bytes())
+    {
+        let answer = serde_json::json!({
+            "plainToken": plain,
+            "encryptedToken": hex::encode(encrypted),
+        });
+        return json(StatusCode::OK, answer.to_string());
     }
     let event_id = match event::event_id(
         route.provider,

@@ -19,6 +19,7 @@ mod signed_head;
 mod slack;
 mod standard;
 mod stripe;
+mod zoom;
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
@@ -33,6 +34,7 @@ pub use generic_hmac::{Encoding, HmacSpec};
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
 pub use slack::url_verification_challenge;
 pub use standard::decode_secret as decode_standard_secret;
+pub use zoom::url_validation_token;
 
 use signed_head::{SignedHead, SignedTimestamp, check_timestamp};
 
@@ -55,6 +57,8 @@ pub enum Provider {
     Slack,
     /// Standard Webhooks (`webhook-signature`, timestamped).
     Standard,
+    /// Zoom (`x-zm-signature`, timestamped).
+    Zoom,
     /// Any other HMAC over the body, as the route configures it.
     Hmac,
 }
@@ -68,6 +72,7 @@ impl Provider {
             Provider::Shopify => "shopify",
             Provider::Slack => "slack",
             Provider::Standard => "standard",
+            Provider::Zoom => "zoom",
             Provider::Hmac => "hmac",
         }
     }
@@ -105,6 +110,11 @@ pub enum Scheme {
         /// The largest age (or lead) of the signed timestamp accepted.
         tolerance: Duration,
     },
+    /// HMAC-SHA256 of `v0:timestamp:body`, under Zoom's header names.
+    Zoom {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
     /// A configured HMAC.
     Hmac(HmacSpec),
 }
@@ -134,9 +144,18 @@ impl Verifier {
             Scheme::Shopify => shopify::read_head(headers)?,
             Scheme::Slack { tolerance } => slack::read_head(headers, *tolerance)?,
             Scheme::Standard { tolerance } => standard::read_head(headers, *tolerance)?,
+            Scheme::Zoom { tolerance } => zoom::read_head(headers, *tolerance)?,
             Scheme::Hmac(spec) => generic_hmac::read_head(spec, headers)?,
         };
         Ok(Verification::new(&self.keys, head))
+    }
+
+    /// HMAC-SHA256 of `message` under the secret a verification matched
+    /// ([`Verified::key`]): what a provider's signed handshake asks back (Zoom).
+    pub fn sign_with(&self, key: usize, message: &[u8]) -> Option<Vec<u8>> {
+        let mut mac = self.keys.get(key)?.start(Digest::Sha256);
+        mac.update(message);
+        Some(mac.finalize())
     }
 
     /// Verifies a request whose whole body is at hand.
@@ -198,7 +217,7 @@ impl Verification {
     /// the signed timestamp against `now`.
     pub fn finish(self, now: SystemTime) -> Result<Verified, VerifyError> {
         let mut matched = None;
-        for mac in self.macs {
+        for (key, mac) in self.macs.into_iter().enumerate() {
             let tag = mac.finalize();
             let mut any = Choice::from(0);
             for signature in &self.signatures {
@@ -206,14 +225,14 @@ impl Verification {
             }
             // Which of our secrets matched is no secret; the bytes compared stay so.
             if bool::from(any) && matched.is_none() {
-                matched = Some(tag);
+                matched = Some((key, tag));
             }
         }
-        let mac = matched.ok_or(VerifyError::Mismatch)?;
+        let (key, mac) = matched.ok_or(VerifyError::Mismatch)?;
         if let Some(t) = self.timestamp {
             check_timestamp(&t.raw, t.header, now, t.tolerance)?;
         }
-        Ok(Verified { mac })
+        Ok(Verified { mac, key })
     }
 }
 
@@ -221,6 +240,7 @@ impl Verification {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Verified {
     mac: Vec<u8>,
+    key: usize,
 }
 
 impl Verified {
@@ -228,6 +248,11 @@ impl Verified {
     /// event whose id is not signed (`crate::event`).
     pub fn mac(&self) -> &[u8] {
         &self.mac
+    }
+
+    /// Which of the route's secrets matched (its place in the list).
+    pub fn key(&self) -> usize {
+        self.key
     }
 }
 

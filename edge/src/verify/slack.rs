@@ -1,5 +1,6 @@
 //! Slack: `X-Slack-Signature: v0=<hex>`, HMAC-SHA256 of `"v0:{ts}:{body}"` where `ts` is
-//! `X-Slack-Request-Timestamp`; requests older than the tolerance are replays.
+//! `X-Slack-Request-Timestamp`; requests older than the tolerance are replays. Zoom signs
+//! the same way under its own header names ([`v0_head`]).
 
 use std::time::Duration;
 
@@ -16,17 +17,27 @@ pub(super) fn read_head(
     headers: &HeaderMap,
     tolerance: Duration,
 ) -> Result<SignedHead, VerifyError> {
-    let value = required_header(headers, SIGNATURE_HEADER)?;
-    let timestamp = required_header(headers, TIMESTAMP_HEADER)?;
+    v0_head(headers, tolerance, SIGNATURE_HEADER, TIMESTAMP_HEADER)
+}
+
+/// `{signature_header}: v0=<hex>` over `"v0:{ts}:{body}"`, `ts` from `timestamp_header`.
+pub(super) fn v0_head(
+    headers: &HeaderMap,
+    tolerance: Duration,
+    signature_header: &'static str,
+    timestamp_header: &'static str,
+) -> Result<SignedHead, VerifyError> {
+    let value = required_header(headers, signature_header)?;
+    let timestamp = required_header(headers, timestamp_header)?;
     let hex_sig = value
         .strip_prefix("v0=")
-        .ok_or(VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
-    let mut signatures = Signatures::new(Digest::Sha256, SIGNATURE_HEADER);
+        .ok_or(VerifyError::MalformedHeader(signature_header))?;
+    let mut signatures = Signatures::new(Digest::Sha256, signature_header);
     signatures.push(hex::decode(hex_sig).ok())?;
     let prefix = [b"v0:".as_slice(), timestamp.as_bytes(), b":"].concat();
     let signed_at = SignedTimestamp {
         raw: timestamp.to_owned(),
-        header: TIMESTAMP_HEADER,
+        header: timestamp_header,
         tolerance,
     };
     signatures.into_head(prefix, Some(signed_at))
