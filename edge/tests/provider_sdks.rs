@@ -1,0 +1,87 @@
+//! The providers' own libraries sign (Standard Webhooks, Slack and Stripe, from PyPI) and
+//! the real `edge` must accept what they sign, and refuse the same delivery with one
+//! body byte flipped, signed too long ago, or signed with another secret.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use testkit::edge::provider_sdk::signed_headers;
+use testkit::edge::*;
+
+const ROUTES: &str = r#"  - path: /hooks/std
+    provider: standard
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+  - path: /hooks/slack
+    provider: slack
+    secrets: ["8f742231b10e8888abcd99yyyzzz85a5"]
+  - path: /hooks/stripe
+    provider: stripe
+    secrets: ["whsec_stripe_sdk"]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
+    let edge = Edge::start("", ROUTES);
+    let c = client(&edge, false);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let cases = [
+        (
+            "standard",
+            "/hooks/std",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_dGhlIG90aGVyIG9uZQ==",
+        ),
+        (
+            "slack",
+            "/hooks/slack",
+            "8f742231b10e8888abcd99yyyzzz85a5",
+            "another-signing-secret",
+        ),
+        (
+            "stripe",
+            "/hooks/stripe",
+            "whsec_stripe_sdk",
+            "whsec_another",
+        ),
+    ];
+    for (provider, path, secret, wrong_secret) in cases {
+        let body =
+            format!(r#"{{"id":"evt_{provider}","type":"sdk.test","event_id":"Ev_{provider}"}}"#);
+        let id = format!("msg_{provider}");
+        let send = |headers: Vec<(String, String)>, body: String| {
+            let mut request = c.post(edge.url(path)).body(body);
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            request.send()
+        };
+
+        let signed = signed_headers(provider, secret, &body, now, &id);
+        let r = send(signed.clone(), body.clone()).await.unwrap();
+        assert_eq!(r.status(), 202, "{provider}: {}", r.text().await.unwrap());
+
+        let flipped = body.replacen("sdk.test", "sdk.tesu", 1);
+        let r = send(signed, flipped).await.unwrap();
+        assert_eq!(r.status(), 401, "{provider}: a flipped byte");
+
+        let stale = signed_headers(provider, secret, &body, now - 301, &id);
+        let r = send(stale, body.clone()).await.unwrap();
+        assert_eq!(r.status(), 401, "{provider}: signed 301 s ago");
+        assert!(r.text().await.unwrap().contains("too old"), "{provider}");
+
+        let wrong = signed_headers(provider, wrong_secret, &body, now, &id);
+        let r = send(wrong, body.clone()).await.unwrap();
+        assert_eq!(r.status(), 401, "{provider}: another secret");
+    }
+    let metrics = edge.metrics();
+    for route in ["hooks_std", "hooks_slack", "hooks_stripe"] {
+        assert!(
+            metrics.contains(&format!(
+                r#"edge_requests_total{{pop="test",route="{route}",status="202"}} 1"#
+            )),
+            "{route}: one delivery stored\n{metrics}"
+        );
+    }
+}

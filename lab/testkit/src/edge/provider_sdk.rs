@@ -1,0 +1,48 @@
+//! Webhooks signed by the providers' own libraries (PyPI `standardwebhooks`, `slack_sdk`,
+//! `stripe`, pinned in `lab/setup.sh`'s venv), so that the edge's schemes are tested
+//! against the providers' code, not only against our reading of their docs.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// The headers `provider`'s library sends with `body` signed by `secret` at `timestamp`
+/// (Unix seconds), under delivery id `id` where the scheme has one. `provider` is
+/// `standard`, `slack` or `stripe`.
+pub fn signed_headers(
+    provider: &str,
+    secret: &str,
+    body: &str,
+    timestamp: u64,
+    id: &str,
+) -> Vec<(String, String)> {
+    let request = serde_json::json!({
+        "provider": provider,
+        "secret": secret,
+        "body": body,
+        "timestamp": timestamp,
+        "id": id,
+    });
+    let mut child = Command::new(PYTHON)
+        .arg(SIGNER)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{PYTHON}: {e} (lab/setup.sh installs the providers' SDKs)"));
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(request.to_string().as_bytes())
+        .expect("writing to the signer");
+    let output = child.wait_with_output().expect("the signer runs");
+    assert!(output.status.success(), "{SIGNER} failed for {provider}");
+    let headers: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&output.stdout).expect("the signer prints a JSON object");
+    headers
+        .into_iter()
+        .map(|(name, value)| (name, value.as_str().unwrap_or_default().to_owned()))
+        .collect()
+}
+
+const PYTHON: &str = "/var/cache/webhook-edge-lab/provider-sdks/bin/python";
+const SIGNER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sign_with_sdk.py");
