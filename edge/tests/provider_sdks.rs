@@ -85,3 +85,67 @@ async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
         );
     }
 }
+
+/// Discord's webhook events, signed with Ed25519 by PyNaCl (the library Discord's own
+/// documentation verifies with): the route holds public keys only. An event is stored
+/// and answered 204, its `PING` answered 204 and not stored; a flipped byte, a stale
+/// timestamp or a key the route does not hold gets a 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn discord_events_signed_with_pynacl_are_stored_and_its_ping_answered() {
+    let seed = "0101010101010101010101010101010101010101010101010101010101010101";
+    let other_seed = "0202020202020202020202020202020202020202020202020202020202020202";
+    let public_key = |seed: &str| {
+        signed_headers("discord-key", seed, "", 0, "")
+            .into_iter()
+            .find(|(name, _)| name == "public-key")
+            .map(|(_, key)| key)
+            .unwrap()
+    };
+    let routes = format!(
+        "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"{}\", \"{}\"]\n",
+        "ab".repeat(32),
+        public_key(seed)
+    );
+    let edge = Edge::start("", &routes);
+    let c = client(&edge, false);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let send = |seed: &str, body: &str, signed_body: &str, at: u64| {
+        let mut request = c.post(edge.url("/hooks/discord")).body(body.to_owned());
+        for (name, value) in signed_headers("discord", seed, signed_body, at, "") {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    let event = r#"{"version":1,"application_id":"1234","type":1,"event":{"type":"APPLICATION_AUTHORIZED","timestamp":"2026-12-07T05:00:00Z","data":{"user":{"id":"42"}}}}"#;
+    let ping = r#"{"version":1,"application_id":"1234","type":0}"#;
+
+    assert_eq!(send(seed, event, event, now).await.unwrap().status(), 204);
+    assert_eq!(send(seed, ping, ping, now).await.unwrap().status(), 204);
+    let flipped = event.replacen("AUTHORIZED", "AUTHORIZEE", 1);
+    assert_eq!(
+        send(seed, &flipped, event, now).await.unwrap().status(),
+        401
+    );
+    assert_eq!(
+        send(seed, event, event, now - 301).await.unwrap().status(),
+        401
+    );
+    assert_eq!(
+        send(other_seed, event, event, now).await.unwrap().status(),
+        401
+    );
+
+    let records = edge::spool::dump(&edge.spool_dir()).unwrap();
+    assert_eq!(records.len(), 1, "the PING is answered, not stored");
+    assert_eq!(records[0].body, event.as_bytes());
+    assert!(
+        records[0]
+            .headers
+            .iter()
+            .any(|(name, _)| name == "x-signature-ed25519"),
+        "the signature is kept for the origin to verify again"
+    );
+}

@@ -677,6 +677,27 @@ fn check_config_names_the_file_and_field() {
         "{refusal}"
     );
 
+    let (path, refusal) = check_config(
+        dir.path(),
+        "discord.yaml",
+        config(
+            dir.path(),
+            1,
+            2,
+            "",
+            "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"a-shared-secret\"]\n    challenge: slack\n",
+        ),
+    );
+    for expected in [
+        "routes[1].secrets[0]: must be the application's public key: 64 hex digits",
+        "routes[1].challenge: unknown variant `slack`",
+    ] {
+        assert!(
+            refusal.contains(&format!("{}: {expected}", path.display())),
+            "{expected} in {refusal}"
+        );
+    }
+
     // Three fields of the wrong type: all three named in one run, each once.
     let (path, refusal) = check_config(
         dir.path(),

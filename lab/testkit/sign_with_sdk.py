@@ -38,7 +38,30 @@ def stripe(request):
     return {"stripe-signature": header}
 
 
-SIGNERS = {"standard": standard, "slack": slack, "stripe": stripe}
+def discord(request):
+    """PyNaCl, as Discord's documentation verifies with it; `secret` is the key's seed in
+    hex. `discord-key` prints the public key a route holds."""
+    from nacl.signing import SigningKey
+
+    key = SigningKey(bytes.fromhex(request["secret"]))
+    timestamp = str(request["timestamp"])
+    signed = key.sign(timestamp.encode() + request["body"].encode())
+    return {"x-signature-ed25519": signed.signature.hex(), "x-signature-timestamp": timestamp}
+
+
+def discord_key(request):
+    from nacl.signing import SigningKey
+
+    return {"public-key": SigningKey(bytes.fromhex(request["secret"])).verify_key.encode().hex()}
+
+
+SIGNERS = {
+    "standard": standard,
+    "slack": slack,
+    "stripe": stripe,
+    "discord": discord,
+    "discord-key": discord_key,
+}
 
 if __name__ == "__main__":
     request = json.load(sys.stdin)

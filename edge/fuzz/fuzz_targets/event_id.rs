@@ -14,6 +14,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Provider::Slack,
         Provider::Standard,
         Provider::Zoom,
+        Provider::Discord,
         Provider::Hmac,
     ] {
         if let Ok(id) = event_id(provider, Some(&id_header), &headers, body, &[0xab; 32]) {

@@ -80,7 +80,7 @@ pub(super) struct RawRoute {
     secrets_file: Option<PathBuf>,
     /// Default 1MiB.
     max_body: Option<ByteSize>,
-    /// Default 202 (200 for Shopify and Zoom).
+    /// Default 202 (200 for Shopify and Zoom, 204 for Discord).
     ack_status: Option<u16>,
     /// Signed timestamps older or newer than this are refused. Default 300s.
     #[serde(default, with = "humantime_serde")]
@@ -194,11 +194,11 @@ impl RawRoute {
                 "must leave room for the record in one spool.segment_bytes",
             );
         }
-        // Shopify and Zoom count only 200 (Zoom also 204) as delivered.
-        let default_ack = if matches!(self.provider, Provider::Shopify | Provider::Zoom) {
-            200
-        } else {
-            202
+        // Shopify and Zoom count only 200 (Zoom also 204) as delivered, Discord only 204.
+        let default_ack = match self.provider {
+            Provider::Shopify | Provider::Zoom => 200,
+            Provider::Discord => 204,
+            _ => 202,
         };
         let ack_status = match StatusCode::from_u16(self.ack_status.unwrap_or(default_ack)) {
             Ok(status) if status.is_success() => status,
@@ -305,6 +305,14 @@ fn secret_keys(
     for (j, secret) in secrets.iter().enumerate() {
         if secret.is_empty() {
             errors.add(at(&format!("{field}[{j}]")), "must not be empty");
+        } else if provider == Provider::Discord {
+            match verify::decode_discord_public_key(secret) {
+                Some(key) => keys.push(key),
+                None => errors.add(
+                    at(&format!("{field}[{j}]")),
+                    "must be the application's public key: 64 hex digits",
+                ),
+            }
         } else if provider == Provider::Standard {
             match verify::decode_standard_secret(secret) {
                 Some(key) => keys.push(key),
@@ -365,6 +373,7 @@ fn scheme(
         (Provider::Slack, None) => Scheme::Slack { tolerance },
         (Provider::Standard, None) => Scheme::Standard { tolerance },
         (Provider::Zoom, None) => Scheme::Zoom { tolerance },
+        (Provider::Discord, None) => Scheme::Discord { tolerance },
     };
     Some((scheme, None))
 }

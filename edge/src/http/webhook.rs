@@ -27,7 +27,7 @@ use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
 use crate::verify::{
     Challenge, ChallengeAnswer, ChallengeError, Provider, Verification, VerifyError,
-    url_validation_token, url_verification_challenge,
+    is_discord_ping, url_validation_token, url_verification_challenge,
 };
 
 /// What the connection knows about a request: whether it arrived as TLS early data
@@ -154,6 +154,11 @@ async fn handle_route(
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        return response;
+    }
+    if route.provider == Provider::Discord && is_discord_ping(&body) {
+        let mut response = Response::new(Full::new(Bytes::new()));
+        *response.status_mut() = StatusCode::NO_CONTENT;
         return response;
     }
     if route.provider == Provider::Zoom

@@ -12,6 +12,7 @@
 //! one go once the body is in.
 
 mod challenge;
+mod discord;
 mod generic_hmac;
 mod github;
 mod shopify;
@@ -22,14 +23,17 @@ mod stripe;
 mod zoom;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use aws_lc_rs::signature::{ED25519, UnparsedPublicKey};
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::{Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
 pub use challenge::{Answer as ChallengeAnswer, Challenge, ChallengeError};
+pub use discord::{decode_public_key as decode_discord_public_key, is_ping as is_discord_ping};
 pub use generic_hmac::{Encoding, HmacSpec};
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
 pub use slack::url_verification_challenge;
@@ -59,6 +63,8 @@ pub enum Provider {
     Standard,
     /// Zoom (`x-zm-signature`, timestamped).
     Zoom,
+    /// Discord webhook events (`X-Signature-Ed25519`, timestamped; public keys).
+    Discord,
     /// Any other HMAC over the body, as the route configures it.
     Hmac,
 }
@@ -73,19 +79,37 @@ impl Provider {
             Provider::Slack => "slack",
             Provider::Standard => "standard",
             Provider::Zoom => "zoom",
+            Provider::Discord => "discord",
             Provider::Hmac => "hmac",
         }
     }
 }
 
-/// A route's verifier: its scheme plus every secret currently accepted (rotation: any
-/// may match). Its `Debug` shows how many secrets, never their bytes.
+/// A route's verifier: its scheme plus every key currently accepted (rotation: any
+/// may match). Its `Debug` shows how many keys, never their bytes.
 #[derive(Clone)]
 pub struct Verifier {
     scheme: Scheme,
+    keys: Keys,
+}
+
+/// A route's keys, as its scheme uses them.
+#[derive(Clone)]
+enum Keys {
     /// Each secret's MAC keyed once, here: a request clones it instead of hashing the
     /// key's padded blocks again.
-    keys: Vec<PreparedKey>,
+    Hmac(Vec<PreparedKey>),
+    /// Ed25519 public keys (32 bytes each), shared with each request's verification.
+    Ed25519(Arc<[Vec<u8>]>),
+}
+
+impl Keys {
+    fn len(&self) -> usize {
+        match self {
+            Keys::Hmac(keys) => keys.len(),
+            Keys::Ed25519(keys) => keys.len(),
+        }
+    }
 }
 
 /// How a route's signatures are checked.
@@ -115,18 +139,28 @@ pub enum Scheme {
         /// The largest age (or lead) of the signed timestamp accepted.
         tolerance: Duration,
     },
+    /// Ed25519 over `timestamp` + body, with public keys.
+    Discord {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
     /// A configured HMAC.
     Hmac(HmacSpec),
 }
 
 impl Verifier {
     /// `secrets` are the key bytes as the scheme uses them (Standard Webhooks secrets
-    /// already base64-decoded from `whsec_…`).
+    /// already base64-decoded from `whsec_…`, Discord's public keys from hex).
     pub fn new(scheme: Scheme, secrets: Vec<Vec<u8>>) -> Self {
-        let keys = secrets
-            .iter()
-            .map(|secret| PreparedKey::new(secret))
-            .collect();
+        let keys = match scheme {
+            Scheme::Discord { .. } => Keys::Ed25519(secrets.into()),
+            _ => Keys::Hmac(
+                secrets
+                    .iter()
+                    .map(|secret| PreparedKey::new(secret))
+                    .collect(),
+            ),
+        };
         Self { scheme, keys }
     }
 
@@ -145,6 +179,7 @@ impl Verifier {
             Scheme::Slack { tolerance } => slack::read_head(headers, *tolerance)?,
             Scheme::Standard { tolerance } => standard::read_head(headers, *tolerance)?,
             Scheme::Zoom { tolerance } => zoom::read_head(headers, *tolerance)?,
+            Scheme::Discord { tolerance } => discord::read_head(headers, *tolerance)?,
             Scheme::Hmac(spec) => generic_hmac::read_head(spec, headers)?,
         };
         Ok(Verification::new(&self.keys, head))
@@ -153,7 +188,10 @@ impl Verifier {
     /// HMAC-SHA256 of `message` under the secret a verification matched
     /// ([`Verified::key`]): what a provider's signed handshake asks back (Zoom).
     pub fn sign_with(&self, key: usize, message: &[u8]) -> Option<Vec<u8>> {
-        let mut mac = self.keys.get(key)?.start(Digest::Sha256);
+        let Keys::Hmac(keys) = &self.keys else {
+            return None;
+        };
+        let mut mac = keys.get(key)?.start(Digest::Sha256);
         mac.update(message);
         Some(mac.finalize())
     }
@@ -175,31 +213,48 @@ impl fmt::Debug for Verifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Verifier")
             .field("scheme", &self.scheme)
-            .field("secrets", &format_args!("<{} redacted>", self.keys.len()))
+            .field("keys", &format_args!("<{} redacted>", self.keys.len()))
             .finish()
     }
 }
 
 /// One request's verification in progress: a MAC per secret, already fed what the
-/// provider signs before the body.
+/// provider signs before the body; or, for public keys, the signed message gathered.
 pub struct Verification {
-    macs: Vec<MacState>,
+    check: Check,
     signatures: Vec<Vec<u8>>,
     timestamp: Option<SignedTimestamp>,
 }
 
+enum Check {
+    Macs(Vec<MacState>),
+    /// Ed25519 signs the whole message at once (it hashes it twice), so the body is
+    /// kept here as it arrives; the route's `max_body` bounds it.
+    Ed25519 {
+        keys: Arc<[Vec<u8>]>,
+        message: Vec<u8>,
+    },
+}
+
 impl Verification {
-    fn new(keys: &[PreparedKey], head: SignedHead) -> Self {
-        let macs = keys
-            .iter()
-            .map(|key| {
-                let mut mac = key.start(head.digest);
-                mac.update(&head.prefix);
-                mac
-            })
-            .collect();
+    fn new(keys: &Keys, head: SignedHead) -> Self {
+        let check = match keys {
+            Keys::Hmac(keys) => Check::Macs(
+                keys.iter()
+                    .map(|key| {
+                        let mut mac = key.start(head.digest);
+                        mac.update(&head.prefix);
+                        mac
+                    })
+                    .collect(),
+            ),
+            Keys::Ed25519(keys) => Check::Ed25519 {
+                keys: Arc::clone(keys),
+                message: head.prefix,
+            },
+        };
         Self {
-            macs,
+            check,
             signatures: head.signatures,
             timestamp: head.timestamp,
         }
@@ -207,8 +262,13 @@ impl Verification {
 
     /// The next bytes of the body.
     pub fn update(&mut self, chunk: &[u8]) {
-        for mac in &mut self.macs {
-            mac.update(chunk);
+        match &mut self.check {
+            Check::Macs(macs) => {
+                for mac in macs {
+                    mac.update(chunk);
+                }
+            }
+            Check::Ed25519 { message, .. } => message.extend_from_slice(chunk),
         }
     }
 
@@ -216,24 +276,51 @@ impl Verification {
     /// offered signature (all pairs, so the time taken does not say which matched), then
     /// the signed timestamp against `now`.
     pub fn finish(self, now: SystemTime) -> Result<Verified, VerifyError> {
-        let mut matched = None;
-        for (key, mac) in self.macs.into_iter().enumerate() {
-            let tag = mac.finalize();
-            let mut any = Choice::from(0);
-            for signature in &self.signatures {
-                any |= tag.as_slice().ct_eq(signature);
-            }
-            // Which of our secrets matched is no secret; the bytes compared stay so.
-            if bool::from(any) && matched.is_none() {
-                matched = Some((key, tag));
+        let (key, mac) = match self.check {
+            Check::Macs(macs) => matching_mac(macs, &self.signatures),
+            Check::Ed25519 { keys, message } => {
+                matching_signature(&keys, &message, self.signatures)
             }
         }
-        let (key, mac) = matched.ok_or(VerifyError::Mismatch)?;
+        .ok_or(VerifyError::Mismatch)?;
         if let Some(t) = self.timestamp {
             check_timestamp(&t.raw, t.header, now, t.tolerance)?;
         }
         Ok(Verified { mac, key })
     }
+}
+
+/// Which secret's MAC is one of `signatures`, and that MAC.
+fn matching_mac(macs: Vec<MacState>, signatures: &[Vec<u8>]) -> Option<(usize, Vec<u8>)> {
+    let mut matched = None;
+    for (key, mac) in macs.into_iter().enumerate() {
+        let tag = mac.finalize();
+        let mut any = Choice::from(0);
+        for signature in signatures {
+            any |= tag.as_slice().ct_eq(signature);
+        }
+        // Which of our secrets matched is no secret; the bytes compared stay so.
+        if bool::from(any) && matched.is_none() {
+            matched = Some((key, tag));
+        }
+    }
+    matched
+}
+
+/// Which public key signed `message` with one of `signatures`, and that signature. Each
+/// pair is one Ed25519 check: keys and candidates are both capped.
+fn matching_signature(
+    keys: &[Vec<u8>],
+    message: &[u8],
+    signatures: Vec<Vec<u8>>,
+) -> Option<(usize, Vec<u8>)> {
+    keys.iter().enumerate().find_map(|(key, public)| {
+        let public = UnparsedPublicKey::new(&ED25519, public);
+        signatures
+            .iter()
+            .find(|signature| public.verify(message, signature).is_ok())
+            .map(|signature| (key, signature.clone()))
+    })
 }
 
 /// A request whose signature matched.
@@ -244,8 +331,8 @@ pub struct Verified {
 }
 
 impl Verified {
-    /// The signature that matched: the provider's MAC of what it signed, which keys an
-    /// event whose id is not signed (`crate::event`).
+    /// The signature that matched: the provider's MAC (or Ed25519 signature) of what it
+    /// signed, which keys an event whose id is not signed (`crate::event`).
     pub fn mac(&self) -> &[u8] {
         &self.mac
     }
@@ -363,10 +450,10 @@ mod tests {
         let verification = verifier
             .start(&headers(&[("Stripe-Signature", &many)]))
             .unwrap();
-        assert_eq!(
-            (verification.macs.len(), verification.signatures.len()),
-            (3, 8)
-        );
+        let Check::Macs(macs) = &verification.check else {
+            panic!("a secret's route computes MACs");
+        };
+        assert_eq!((macs.len(), verification.signatures.len()), (3, 8));
     }
 
     #[test]

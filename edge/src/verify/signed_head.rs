@@ -62,6 +62,7 @@ impl VerifyError {
 
 /// What a scheme reads from the request head.
 pub(super) struct SignedHead {
+    /// The HMAC's hash (a route with public keys checks Ed25519 signatures instead).
     pub(super) digest: Digest,
     /// What the provider signs before the body.
     pub(super) prefix: Vec<u8>,
@@ -83,6 +84,8 @@ pub(super) struct SignedTimestamp {
 /// refuse deliveries those libraries accept.
 pub(super) struct Signatures {
     digest: Digest,
+    /// Of each usable candidate, in bytes.
+    len: usize,
     header: &'static str,
     offered: usize,
     decoded: Vec<Vec<u8>>,
@@ -92,9 +95,18 @@ impl Signatures {
     pub(super) fn new(digest: Digest, header: &'static str) -> Self {
         Self {
             digest,
+            len: digest.mac_len(),
             header,
             offered: 0,
             decoded: Vec::new(),
+        }
+    }
+
+    /// Ed25519 signatures (64 bytes).
+    pub(super) fn ed25519(header: &'static str) -> Self {
+        Self {
+            len: ED25519_SIGNATURE_LEN,
+            ..Self::new(Digest::Sha512, header)
         }
     }
 
@@ -106,7 +118,7 @@ impl Signatures {
         if self.offered > MAX_SIGNATURES {
             return Err(VerifyError::MalformedHeader(self.header));
         }
-        if let Some(signature) = decoded.filter(|s| s.len() == self.digest.mac_len()) {
+        if let Some(signature) = decoded.filter(|s| s.len() == self.len) {
             self.decoded.push(signature);
         }
         Ok(())
@@ -162,6 +174,8 @@ pub(super) fn check_timestamp(
         Ok(())
     }
 }
+
+const ED25519_SIGNATURE_LEN: usize = 64;
 
 /// Most signature candidates one request may offer, usable or not; more makes its
 /// header malformed.

@@ -1,0 +1,143 @@
+//! Discord webhook events: `X-Signature-Ed25519: <hex>`, an Ed25519 signature by the
+//! application's key over `{timestamp}{body}`, the timestamp from
+//! `X-Signature-Timestamp`. The route holds the application's public key (64 hex digits,
+//! from the developer portal), not a shared secret. Discord sends a `PING` (`"type":0`)
+//! to a new endpoint and counts only 204 as delivered ([`is_ping`]).
+
+use std::time::Duration;
+
+use http::HeaderMap;
+
+use super::signed_head::{Signatures, SignedHead, SignedTimestamp, VerifyError, required_header};
+
+pub(super) const SIGNATURE_HEADER: &str = "x-signature-ed25519";
+pub(super) const TIMESTAMP_HEADER: &str = "x-signature-timestamp";
+
+pub(super) fn read_head(
+    headers: &HeaderMap,
+    tolerance: Duration,
+) -> Result<SignedHead, VerifyError> {
+    let value = required_header(headers, SIGNATURE_HEADER)?;
+    let timestamp = required_header(headers, TIMESTAMP_HEADER)?;
+    let mut signatures = Signatures::ed25519(SIGNATURE_HEADER);
+    signatures.push(hex::decode(value.trim()).ok())?;
+    let signed_at = SignedTimestamp {
+        raw: timestamp.to_owned(),
+        header: TIMESTAMP_HEADER,
+        tolerance,
+    };
+    signatures.into_head(timestamp.as_bytes().to_vec(), Some(signed_at))
+}
+
+/// A route's key: the application's Ed25519 public key, as the developer portal shows it.
+pub fn decode_public_key(hex_key: &str) -> Option<Vec<u8>> {
+    hex::decode(hex_key.trim())
+        .ok()
+        .filter(|key| key.len() == PUBLIC_KEY_LEN)
+}
+
+/// Whether `body` is Discord's `PING` (`{"type":0,…}`): answered 204, not stored (call
+/// only after verification).
+pub fn is_ping(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "type")]
+        kind: Option<u64>,
+    }
+    serde_json::from_slice::<Probe>(body).is_ok_and(|probe| probe.kind == Some(0))
+}
+
+const PUBLIC_KEY_LEN: usize = 32;
+
+#[cfg(test)]
+mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
+
+    use super::*;
+    use crate::verify::test_support::headers;
+    use crate::verify::{Scheme, Verifier};
+
+    const TOL: Duration = Duration::from_secs(300);
+
+    fn key_pair(seed: u8) -> Ed25519KeyPair {
+        Ed25519KeyPair::from_seed_unchecked(&[seed; 32]).unwrap()
+    }
+
+    fn verify(
+        pair: &Ed25519KeyPair,
+        signed_ts: &str,
+        signed_body: &[u8],
+        body: &[u8],
+        now: u64,
+    ) -> Result<usize, VerifyError> {
+        let message = [signed_ts.as_bytes(), signed_body].concat();
+        let signature = hex::encode(pair.sign(&message).as_ref());
+        let keys = vec![
+            key_pair(9).public_key().as_ref().to_vec(),
+            key_pair(1).public_key().as_ref().to_vec(),
+        ];
+        let verifier = Verifier::new(Scheme::Discord { tolerance: TOL }, keys);
+        let headers = headers(&[
+            (SIGNATURE_HEADER, &signature),
+            (TIMESTAMP_HEADER, signed_ts),
+        ]);
+        let at = UNIX_EPOCH + Duration::from_secs(now);
+        verifier.verify(&headers, body, at).map(|v| v.key())
+    }
+
+    #[test]
+    fn an_ed25519_signature_over_timestamp_and_body_verifies_with_the_public_key() {
+        let body =
+            br#"{"version":1,"application_id":"1","type":1,"event":{"type":"ENTITLEMENT_CREATE"}}"#;
+        let pair = key_pair(1);
+        assert_eq!(
+            verify(&pair, "1700000000", body, body, 1_700_000_005),
+            Ok(1)
+        );
+        let mut flipped = body.to_vec();
+        flipped[5] ^= 1;
+        assert_eq!(
+            verify(&pair, "1700000000", body, &flipped, 1_700_000_005),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify(&key_pair(2), "1700000000", body, body, 1_700_000_005),
+            Err(VerifyError::Mismatch),
+            "a key the route does not hold"
+        );
+        assert_eq!(
+            verify(&pair, "1700000000", body, body, 1_700_000_000 + 301),
+            Err(VerifyError::StaleTimestamp)
+        );
+    }
+
+    #[test]
+    fn a_signature_that_is_not_64_bytes_of_hex_is_a_malformed_header() {
+        let verifier = Verifier::new(
+            Scheme::Discord { tolerance: TOL },
+            vec![key_pair(1).public_key().as_ref().to_vec()],
+        );
+        for value in ["zz", "abcd", &"ab".repeat(65)] {
+            let headers = headers(&[(SIGNATURE_HEADER, value), (TIMESTAMP_HEADER, "1")]);
+            assert_eq!(
+                verifier
+                    .verify(&headers, b"{}", SystemTime::now())
+                    .map(|_| ()),
+                Err(VerifyError::MalformedHeader(SIGNATURE_HEADER)),
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn public_keys_are_64_hex_digits_and_pings_are_type_0() {
+        assert_eq!(decode_public_key(&"ab".repeat(32)), Some(vec![0xab; 32]));
+        assert_eq!(decode_public_key(&"ab".repeat(31)), None);
+        assert_eq!(decode_public_key("not hex"), None);
+        assert!(is_ping(br#"{"version":1,"application_id":"1","type":0}"#));
+        assert!(!is_ping(br#"{"version":1,"type":1,"event":{}}"#));
+        assert!(!is_ping(b"not json"));
+    }
+}
