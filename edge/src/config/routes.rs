@@ -303,26 +303,18 @@ fn secret_keys(
     }
     let mut keys = Vec::new();
     for (j, secret) in secrets.iter().enumerate() {
-        if secret.is_empty() {
-            errors.add(at(&format!("{field}[{j}]")), "must not be empty");
-        } else if provider == Provider::Discord {
-            match verify::decode_discord_public_key(secret) {
-                Some(key) => keys.push(key),
-                None => errors.add(
-                    at(&format!("{field}[{j}]")),
-                    "must be the application's public key: 64 hex digits",
-                ),
+        let key = match provider {
+            _ if secret.is_empty() => Err("must not be empty"),
+            Provider::Discord => verify::decode_discord_public_key(secret)
+                .ok_or("must be the application's public key: 64 hex digits"),
+            Provider::Standard => {
+                verify::decode_standard_secret(secret).ok_or("must be whsec_ followed by base64")
             }
-        } else if provider == Provider::Standard {
-            match verify::decode_standard_secret(secret) {
-                Some(key) => keys.push(key),
-                None => errors.add(
-                    at(&format!("{field}[{j}]")),
-                    "must be whsec_ followed by base64",
-                ),
-            }
-        } else {
-            keys.push(secret.as_bytes().to_vec());
+            _ => Ok(secret.as_bytes().to_vec()),
+        };
+        match key {
+            Ok(key) => keys.push(key),
+            Err(problem) => errors.add(at(&format!("{field}[{j}]")), problem),
         }
     }
     keys
