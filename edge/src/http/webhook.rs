@@ -25,10 +25,7 @@ use crate::config::EarlyDataPolicy;
 use crate::conn_limits::ConnUsage;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
-use crate::verify::{
-    Challenge, ChallengeAnswer, ChallengeError, Provider, Verification, VerifyError,
-    is_discord_ping, url_validation_token, url_verification_challenge,
-};
+use crate::verify::{Challenge, ChallengeAnswer, ChallengeError, Verification, VerifyError};
 
 /// What the connection knows about a request: whether it arrived as TLS early data
 /// (0-RTT), from where, and the connection itself (to drop it on abuse).
@@ -94,7 +91,7 @@ async fn handle_route(
 ) -> Response<ResponseBody> {
     let route = &entry.route;
     #[cfg(feature = "rollback-rehearsal")]
-    if route.provider == Provider::Github {
+    if route.provider == crate::verify::Provider::Github {
         return json(
             StatusCode::INTERNAL_SERVER_ERROR,
             r#"{"error":"a deliberately broken build (rollback-rehearsal)"}"#,
@@ -147,29 +144,8 @@ async fn handle_route(
         Ok(permit) => permit,
         Err(reason) => return refused(app, entry, &parts.headers, Refusal::Shed(reason)),
     };
-    if route.provider == Provider::Slack
-        && let Some(challenge) = url_verification_challenge(&body)
-    {
-        let mut response = Response::new(Full::new(Bytes::from(challenge)));
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-        return response;
-    }
-    if route.provider == Provider::Discord && is_discord_ping(&body) {
-        let mut response = Response::new(Full::new(Bytes::new()));
-        *response.status_mut() = StatusCode::NO_CONTENT;
-        return response;
-    }
-    if route.provider == Provider::Zoom
-        && let Some(plain) = url_validation_token(&body)
-        && let Some(encrypted) = route.verifier.sign_with(verified.key(), plain.as_bytes())
-    {
-        let answer = serde_json::json!({
-            "plainToken": plain,
-            "encryptedToken": hex::encode(encrypted),
-        });
-        return json(StatusCode::OK, answer.to_string());
+    if let Some(answer) = route.verifier.handshake(&body, &verified) {
+        return handshake_answered(answer);
     }
     let event_id = match event::event_id(
         route.provider,
@@ -277,16 +253,20 @@ fn challenge_answered(
     if app.challenge_log.allow() {
         tracing::info!(route = %entry.name, challenge = challenge.as_str(), outcome = label, "endpoint handshake (logged at most once a second)");
     }
-    let answer = match outcome {
-        Ok(answer) => answer,
-        Err(e) => return json(StatusCode::BAD_REQUEST, format!(r#"{{"error":"{e}"}}"#)),
-    };
+    match outcome {
+        Ok(answer) => handshake_answered(answer),
+        Err(e) => json(StatusCode::BAD_REQUEST, format!(r#"{{"error":"{e}"}}"#)),
+    }
+}
+
+/// A provider's handshake answered as it asks; nothing is stored.
+fn handshake_answered(answer: ChallengeAnswer) -> Response<ResponseBody> {
     let mut response = Response::new(Full::new(answer.body));
+    *response.status_mut() = answer.status;
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(answer.content_type),
-    );
+    if let Some(content_type) = answer.content_type {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    }
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

@@ -2,16 +2,17 @@
 //! answered with a value it chose: Dropbox (`GET ?challenge=`), Okta event hooks (`GET`
 //! with `x-okta-verification-challenge`) and Microsoft Graph subscriptions
 //! (`POST ?validationToken=`). A route answers only the one its config names
-//! (`challenge:`); nothing answered here is stored. Slack's `url_verification` is signed
-//! and arrives as an event body, so it is answered after verification instead
-//! (`slack.rs`). Pure: the request head in, an answer out.
+//! (`challenge:`); nothing answered here is stored. Slack's `url_verification`, Zoom's
+//! `endpoint.url_validation` and Discord's `PING` are signed event bodies, answered after
+//! verification instead (`Verifier::handshake`). Pure: the request head in, an answer
+//! out.
 //!
 //! These requests carry no signature, so the answer echoes what anyone may send: it is
 //! bounded in length, printable ASCII only, and served as `text/plain` (or JSON) that a
 //! browser is told not to sniff.
 
 use bytes::Bytes;
-use http::{HeaderMap, Method};
+use http::{HeaderMap, Method, StatusCode};
 
 /// A provider's endpoint handshake, as a route's config names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -25,13 +26,45 @@ pub enum Challenge {
     MicrosoftGraph,
 }
 
-/// What the edge answers a handshake with (status 200).
+/// What the edge answers a handshake with, unsigned here or signed
+/// ([`crate::verify::Verifier::handshake`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Answer {
-    /// `text/plain` or `application/json`.
-    pub content_type: &'static str,
+    /// 200, or 204 with no body.
+    pub status: StatusCode,
+    /// `text/plain` or `application/json`; `None` with no body.
+    pub content_type: Option<&'static str>,
     /// The provider's value, as it expects it back.
     pub body: Bytes,
+}
+
+impl Answer {
+    /// `value` as text.
+    pub(super) fn text(value: String) -> Self {
+        Self {
+            status: StatusCode::OK,
+            content_type: Some("text/plain; charset=utf-8"),
+            body: value.into(),
+        }
+    }
+
+    /// `value` as JSON.
+    pub(super) fn json(value: &serde_json::Value) -> Self {
+        Self {
+            status: StatusCode::OK,
+            content_type: Some("application/json"),
+            body: value.to_string().into(),
+        }
+    }
+
+    /// 204, nothing to say.
+    pub(super) fn no_content() -> Self {
+        Self {
+            status: StatusCode::NO_CONTENT,
+            content_type: None,
+            body: Bytes::new(),
+        }
+    }
 }
 
 /// Why a request that is a handshake gets a 400 instead of its answer.
@@ -80,22 +113,18 @@ impl Challenge {
         match self {
             Self::Dropbox if method == Method::GET => {
                 let value = query_value(query?, "challenge")?;
-                Some(checked(&value).map(|value| text(value.to_owned())))
+                Some(checked(&value).map(|value| Answer::text(value.to_owned())))
             }
             Self::Okta if method == Method::GET => {
                 let value = headers.get(OKTA_HEADER)?.as_bytes();
-                Some(checked(&String::from_utf8_lossy(value)).map(|value| {
-                    Answer {
-                        content_type: "application/json",
-                        body: serde_json::json!({ "verification": value })
-                            .to_string()
-                            .into(),
-                    }
-                }))
+                Some(
+                    checked(&String::from_utf8_lossy(value))
+                        .map(|value| Answer::json(&serde_json::json!({ "verification": value }))),
+                )
             }
             Self::MicrosoftGraph if method == Method::POST => {
                 let value = query_value(query?, "validationToken")?;
-                Some(checked(&value).map(|value| text(value.to_owned())))
+                Some(checked(&value).map(|value| Answer::text(value.to_owned())))
             }
             _ => None,
         }
@@ -120,13 +149,6 @@ fn checked(value: &str) -> Result<&str, ChallengeError> {
         return Err(ChallengeError::NotPrintable);
     }
     Ok(value)
-}
-
-fn text(value: String) -> Answer {
-    Answer {
-        content_type: "text/plain; charset=utf-8",
-        body: value.into(),
-    }
 }
 
 const OKTA_HEADER: &str = "x-okta-verification-challenge";
@@ -163,7 +185,7 @@ mod tests {
             &[],
         );
         let answer = outcome.unwrap().unwrap();
-        assert_eq!(answer.content_type, "text/plain; charset=utf-8");
+        assert_eq!(answer.content_type, Some("text/plain; charset=utf-8"));
         assert_eq!(answer.body, "f3a1+z-9");
     }
 
@@ -176,7 +198,7 @@ mod tests {
             &[(OKTA_HEADER, r#"a"b\c"#)],
         );
         let answer = outcome.unwrap().unwrap();
-        assert_eq!(answer.content_type, "application/json");
+        assert_eq!(answer.content_type, Some("application/json"));
         let json: serde_json::Value = serde_json::from_slice(&answer.body).unwrap();
         assert_eq!(json, serde_json::json!({ "verification": r#"a"b\c"# }));
     }

@@ -38,7 +38,7 @@ pub fn decode_public_key(hex_key: &str) -> Option<Vec<u8>> {
 
 /// Whether `body` is Discord's `PING` (`{"type":0,…}`): answered 204, not stored (call
 /// only after verification).
-pub fn is_ping(body: &[u8]) -> bool {
+pub(super) fn is_ping(body: &[u8]) -> bool {
     #[derive(serde::Deserialize)]
     struct Probe {
         #[serde(rename = "type")]

@@ -33,12 +33,10 @@ use sha2::{Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
 pub use challenge::{Answer as ChallengeAnswer, Challenge, ChallengeError};
-pub use discord::{decode_public_key as decode_discord_public_key, is_ping as is_discord_ping};
+pub use discord::decode_public_key as decode_discord_public_key;
 pub use generic_hmac::{Encoding, HmacSpec};
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
-pub use slack::url_verification_challenge;
 pub use standard::decode_secret as decode_standard_secret;
-pub use zoom::url_validation_token;
 
 use signed_head::{SignedHead, SignedTimestamp, check_timestamp};
 
@@ -185,9 +183,31 @@ impl Verifier {
         Ok(Verification::new(&self.keys, head))
     }
 
-    /// HMAC-SHA256 of `message` under the secret a verification matched
-    /// ([`Verified::key`]): what a provider's signed handshake asks back (Zoom).
-    pub fn sign_with(&self, key: usize, message: &[u8]) -> Option<Vec<u8>> {
+    /// The answer when a verified `body` is the scheme's own handshake rather than an
+    /// event (Slack `url_verification`, Zoom `endpoint.url_validation`, Discord `PING`):
+    /// answered, never stored.
+    pub fn handshake(&self, body: &[u8], verified: &Verified) -> Option<ChallengeAnswer> {
+        match self.scheme {
+            Scheme::Slack { .. } => {
+                slack::url_verification_challenge(body).map(ChallengeAnswer::text)
+            }
+            Scheme::Zoom { .. } => {
+                let plain = zoom::url_validation_token(body)?;
+                // The token's HMAC under the secret that verified the request, so that
+                // it holds mid-rotation.
+                let encrypted = self.sign_with(verified.key(), plain.as_bytes())?;
+                Some(ChallengeAnswer::json(&serde_json::json!({
+                    "plainToken": plain,
+                    "encryptedToken": hex::encode(encrypted),
+                })))
+            }
+            Scheme::Discord { .. } => discord::is_ping(body).then(ChallengeAnswer::no_content),
+            _ => None,
+        }
+    }
+
+    /// HMAC-SHA256 of `message` under the secret a verification matched.
+    fn sign_with(&self, key: usize, message: &[u8]) -> Option<Vec<u8>> {
         let Keys::Hmac(keys) = &self.keys else {
             return None;
         };

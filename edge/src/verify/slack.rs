@@ -46,7 +46,7 @@ pub(super) fn v0_head(
 /// Slack's Events API confirms a Request URL by sending
 /// `{"type":"url_verification","challenge":"…"}` and expecting the challenge back.
 /// Returns the challenge when `body` is such a request (call only after verification).
-pub fn url_verification_challenge(body: &[u8]) -> Option<String> {
+pub(super) fn url_verification_challenge(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Probe {
         #[serde(rename = "type")]

@@ -22,7 +22,7 @@ pub(super) fn read_head(
 /// The `plainToken` when `body` is Zoom's
 /// `{"event":"endpoint.url_validation","payload":{"plainToken":"…"}}` (call only after
 /// verification: the answer is the token's HMAC under the secret that verified it).
-pub fn url_validation_token(body: &[u8]) -> Option<String> {
+pub(super) fn url_validation_token(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Probe {
         event: String,
