@@ -24,7 +24,7 @@ if [ "${KEY:-ec}" = rsa ]; then
 else
     bench_identity "$work"
 fi
-bench_edge_yaml ", max_batch_delay: 1ms"
+bench_edge_yaml ""
 bench_nginx_conf 1
 
 "${server_cpu[@]}" target/release/edge run --config "$work/edge.yaml" 2>"$work/edge.log" &

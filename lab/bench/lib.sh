@@ -9,6 +9,7 @@ bench_identity() {
 
 # bench_edge_yaml SPOOL_EXTRA [SECTIONS]: $work/edge.yaml for an edge on $EDGE_PORT (admin
 # $ADMIN_PORT), TLS 1.3 with bench_identity's certificate, the spool under $work with
+# segments preallocated as the Ansible role deploys a PoP's (PREALLOCATE=false: not) and
 # SPOOL_EXTRA added (e.g. ", max_batch_delay: 1ms"), one GitHub route signed with
 # bench-secret, then SECTIONS (YAML lines such as "http: { ... }").
 bench_edge_yaml() {
@@ -18,7 +19,7 @@ listen: ["127.0.0.1:$EDGE_PORT"]
 admin_listen: 127.0.0.1:$ADMIN_PORT
 drain_grace: 0s
 tls: { cert: $work/cert.pem, key: $work/key.pem, min_version: "1.3" }
-spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB$1 }
+spool: { dir: $work/spool, max_bytes: 16GiB, segment_bytes: 64MiB, preallocate: ${PREALLOCATE:-true}$1 }
 routes:
   - { path: /hooks/github, provider: github, secrets: ["bench-secret"] }
 ${2:-}
