@@ -45,6 +45,7 @@ pub fn id_is_signed(provider: Provider) -> bool {
             | Provider::Standard
             | Provider::Zoom
             | Provider::Discord
+            | Provider::Sendgrid
     )
 }
 
@@ -65,7 +66,7 @@ pub fn event_id(
         Provider::Standard => header_id(headers, "webhook-id")?,
         Provider::Stripe => body_field(body, "id").ok_or(EventIdError::MissingBodyField("id"))?,
         Provider::Slack => body_field(body, "event_id").unwrap_or_else(|| body_digest(body)),
-        Provider::Zoom | Provider::Discord => body_digest(body),
+        Provider::Zoom | Provider::Discord | Provider::Sendgrid => body_digest(body),
         Provider::Hmac => match id_header.and_then(|name| headers.get(name)) {
             Some(value) => value
                 .to_str()
@@ -133,7 +134,11 @@ pub fn claimed_id(
         Provider::Shopify => headers.get("x-shopify-webhook-id"),
         Provider::Standard => headers.get("webhook-id"),
         Provider::Hmac => id_header.and_then(|name| headers.get(name)),
-        Provider::Stripe | Provider::Slack | Provider::Zoom | Provider::Discord => None,
+        Provider::Stripe
+        | Provider::Slack
+        | Provider::Zoom
+        | Provider::Discord
+        | Provider::Sendgrid => None,
     }?;
     let id = value.to_str().ok()?.trim();
     let visible = id.bytes().all(|b| b.is_ascii_graphic());
@@ -152,6 +157,7 @@ pub fn kept_headers(provider: Provider, headers: &HeaderMap) -> Vec<(String, Vec
         Provider::Standard => &["webhook-"],
         Provider::Zoom => &["x-zm-"],
         Provider::Discord => &["x-signature-"],
+        Provider::Sendgrid => &["x-twilio-email-event-webhook-"],
         Provider::Hmac => &[],
     };
     headers

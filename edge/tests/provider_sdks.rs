@@ -149,3 +149,73 @@ async fn discord_events_signed_with_pynacl_are_stored_and_its_ping_answered() {
         "the signature is kept for the origin to verify again"
     );
 }
+
+/// SendGrid's signed event webhook: ECDSA P-256 signatures that SendGrid's own verifier
+/// (PyPI `sendgrid`) accepts, checked against the verification key the route holds (a
+/// second, unrelated key beside it, as during a rotation). The event batch is stored
+/// with its signature headers; a flipped byte, a stale timestamp or another key's
+/// signature gets a 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn sendgrid_events_signed_with_ecdsa_are_stored_and_nothing_else() {
+    let scalar = "5ee7f1e1d5c0a3b2c4d6e8f00112233445566778899aabbccddeeff001122334";
+    let other = "1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d";
+    let key = |scalar: &str| {
+        signed_headers("sendgrid-key", scalar, "", 0, "")
+            .into_iter()
+            .find(|(name, _)| name == "public-key")
+            .map(|(_, key)| key)
+            .unwrap()
+    };
+    let routes = format!(
+        "  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"{}\", \"{}\"]\n",
+        key(other),
+        key(scalar)
+    );
+    let edge = Edge::start("", &routes);
+    let c = client(&edge, false);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let send = |scalar: &str, body: &str, signed_body: &str, at: u64| {
+        let mut request = c.post(edge.url("/hooks/sendgrid")).body(body.to_owned());
+        for (name, value) in signed_headers("sendgrid", scalar, signed_body, at, "") {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    let events = r#"[{"email":"ops@example.com","timestamp":1765090000,"event":"delivered","sg_event_id":"c2VuZGdyaWQ","sg_message_id":"m1"}]"#;
+
+    assert_eq!(
+        send(scalar, events, events, now).await.unwrap().status(),
+        202
+    );
+    let flipped = events.replacen("delivered", "deliverex", 1);
+    assert_eq!(
+        send(scalar, &flipped, events, now).await.unwrap().status(),
+        401
+    );
+    assert_eq!(
+        send(scalar, events, events, now - 301)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let unheld = "3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a";
+    assert_eq!(
+        send(unheld, events, events, now).await.unwrap().status(),
+        401
+    );
+
+    let records = edge::spool::dump(&edge.spool_dir()).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].body, events.as_bytes());
+    assert!(
+        records[0]
+            .headers
+            .iter()
+            .any(|(name, _)| name == "x-twilio-email-event-webhook-signature"),
+        "the signature is kept for the origin to verify again"
+    );
+}

@@ -685,12 +685,13 @@ fn check_config_names_the_file_and_field() {
             1,
             2,
             "",
-            "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"a-shared-secret\"]\n    challenge: slack\n",
+            "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"a-shared-secret\"]\n    challenge: slack\n  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\"]\n",
         ),
     );
     for expected in [
         "routes[1].secrets[0]: must be the application's public key: 64 hex digits",
         "routes[1].challenge: unknown variant `slack`",
+        "routes[2].secrets[0]: must be SendGrid's verification key: base64 of a P-256 public key",
     ] {
         assert!(
             refusal.contains(&format!("{}: {expected}", path.display())),

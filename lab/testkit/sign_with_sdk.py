@@ -2,6 +2,7 @@
 JSON object. Reads {"provider", "secret", "body", "timestamp", "id"} as JSON on stdin.
 Run with the venv lab/setup.sh makes (/var/cache/webhook-edge-lab/provider-sdks)."""
 
+import base64
 import datetime
 import json
 import sys
@@ -55,12 +56,48 @@ def discord_key(request):
     return {"public-key": SigningKey(bytes.fromhex(request["secret"])).verify_key.encode().hex()}
 
 
+def sendgrid(request):
+    """SendGrid signs on its side only; its library (`sendgrid`, with `cryptography`)
+    verifies. So the signature is made with `cryptography` as SendGrid specifies it
+    (ECDSA P-256, SHA-256, DER, base64, over timestamp + payload) and must pass SendGrid's
+    own `EventWebhook.verify_signature` before it is used. `secret` is the private
+    scalar in hex; `sendgrid-key` prints the verification key a route holds."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from sendgrid.helpers.eventwebhook import EventWebhook
+
+    key = ec.derive_private_key(int(request["secret"], 16), ec.SECP256R1())
+    timestamp = str(request["timestamp"])
+    signature = base64.b64encode(
+        key.sign((timestamp + request["body"]).encode(), ec.ECDSA(hashes.SHA256()))
+    ).decode()
+    verifier = EventWebhook(sendgrid_key(request)["public-key"])
+    assert verifier.verify_signature(request["body"], signature, timestamp)
+    return {
+        "x-twilio-email-event-webhook-signature": signature,
+        "x-twilio-email-event-webhook-timestamp": timestamp,
+    }
+
+
+def sendgrid_key(request):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    public = ec.derive_private_key(int(request["secret"], 16), ec.SECP256R1()).public_key()
+    der = public.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return {"public-key": base64.b64encode(der).decode()}
+
+
 SIGNERS = {
     "standard": standard,
     "slack": slack,
     "stripe": stripe,
     "discord": discord,
     "discord-key": discord_key,
+    "sendgrid": sendgrid,
+    "sendgrid-key": sendgrid_key,
 }
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Provider::Standard,
         Provider::Zoom,
         Provider::Discord,
+        Provider::Sendgrid,
         Provider::Hmac,
     ] {
         if let Ok(id) = event_id(provider, Some(&id_header), &headers, body, &[0xab; 32]) {

@@ -307,6 +307,8 @@ fn secret_keys(
             _ if secret.is_empty() => Err("must not be empty"),
             Provider::Discord => verify::decode_discord_public_key(secret)
                 .ok_or("must be the application's public key: 64 hex digits"),
+            Provider::Sendgrid => verify::decode_sendgrid_public_key(secret)
+                .ok_or("must be SendGrid's verification key: base64 of a P-256 public key"),
             Provider::Standard => {
                 verify::decode_standard_secret(secret).ok_or("must be whsec_ followed by base64")
             }
@@ -366,6 +368,7 @@ fn scheme(
         (Provider::Standard, None) => Scheme::Standard { tolerance },
         (Provider::Zoom, None) => Scheme::Zoom { tolerance },
         (Provider::Discord, None) => Scheme::Discord { tolerance },
+        (Provider::Sendgrid, None) => Scheme::Sendgrid { tolerance },
     };
     Some((scheme, None))
 }

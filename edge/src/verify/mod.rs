@@ -15,6 +15,7 @@ mod challenge;
 mod discord;
 mod generic_hmac;
 mod github;
+mod sendgrid;
 mod shopify;
 mod signed_head;
 mod slack;
@@ -26,7 +27,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use aws_lc_rs::signature::{ED25519, UnparsedPublicKey};
+use aws_lc_rs::signature::{
+    ECDSA_P256_SHA256_ASN1, ED25519, ParsedPublicKey, VerificationAlgorithm,
+};
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use sha2::{Sha256, Sha512};
@@ -35,6 +38,7 @@ use subtle::{Choice, ConstantTimeEq};
 pub use challenge::{Answer as ChallengeAnswer, Challenge, ChallengeError};
 pub use discord::decode_public_key as decode_discord_public_key;
 pub use generic_hmac::{Encoding, HmacSpec};
+pub use sendgrid::decode_public_key as decode_sendgrid_public_key;
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
 pub use standard::decode_secret as decode_standard_secret;
 
@@ -63,6 +67,8 @@ pub enum Provider {
     Zoom,
     /// Discord webhook events (`X-Signature-Ed25519`, timestamped; public keys).
     Discord,
+    /// SendGrid's signed event webhook (ECDSA P-256, timestamped; public keys).
+    Sendgrid,
     /// Any other HMAC over the body, as the route configures it.
     Hmac,
 }
@@ -78,6 +84,7 @@ impl Provider {
             Provider::Standard => "standard",
             Provider::Zoom => "zoom",
             Provider::Discord => "discord",
+            Provider::Sendgrid => "sendgrid",
             Provider::Hmac => "hmac",
         }
     }
@@ -97,15 +104,16 @@ enum Keys {
     /// Each secret's MAC keyed once, here: a request clones it instead of hashing the
     /// key's padded blocks again.
     Hmac(Vec<PreparedKey>),
-    /// Ed25519 public keys (32 bytes each), shared with each request's verification.
-    Ed25519(Arc<[Vec<u8>]>),
+    /// Public keys (Ed25519, ECDSA P-256), parsed once and shared with each request's
+    /// verification.
+    Public(Arc<[ParsedPublicKey]>),
 }
 
 impl Keys {
     fn len(&self) -> usize {
         match self {
             Keys::Hmac(keys) => keys.len(),
-            Keys::Ed25519(keys) => keys.len(),
+            Keys::Public(keys) => keys.len(),
         }
     }
 }
@@ -142,17 +150,40 @@ pub enum Scheme {
         /// The largest age (or lead) of the signed timestamp accepted.
         tolerance: Duration,
     },
+    /// ECDSA P-256 with SHA-256 over `timestamp` + body, DER signatures, public keys.
+    Sendgrid {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
     /// A configured HMAC.
     Hmac(HmacSpec),
 }
 
+impl Scheme {
+    /// The signature algorithm of a scheme whose keys are public keys; `None` for HMAC.
+    fn public_key_algorithm(&self) -> Option<&'static dyn VerificationAlgorithm> {
+        match self {
+            Scheme::Discord { .. } => Some(&ED25519),
+            Scheme::Sendgrid { .. } => Some(&ECDSA_P256_SHA256_ASN1),
+            _ => None,
+        }
+    }
+}
+
 impl Verifier {
     /// `secrets` are the key bytes as the scheme uses them (Standard Webhooks secrets
-    /// already base64-decoded from `whsec_…`, Discord's public keys from hex).
+    /// already base64-decoded from `whsec_…`, public keys from hex or base64 as the
+    /// config's checks left them). A public key that does not parse (the config refuses
+    /// those) verifies nothing.
     pub fn new(scheme: Scheme, secrets: Vec<Vec<u8>>) -> Self {
-        let keys = match scheme {
-            Scheme::Discord { .. } => Keys::Ed25519(secrets.into()),
-            _ => Keys::Hmac(
+        let keys = match scheme.public_key_algorithm() {
+            Some(algorithm) => Keys::Public(
+                secrets
+                    .iter()
+                    .filter_map(|key| ParsedPublicKey::new(algorithm, key).ok())
+                    .collect(),
+            ),
+            None => Keys::Hmac(
                 secrets
                     .iter()
                     .map(|secret| PreparedKey::new(secret))
@@ -178,6 +209,7 @@ impl Verifier {
             Scheme::Standard { tolerance } => standard::read_head(headers, *tolerance)?,
             Scheme::Zoom { tolerance } => zoom::read_head(headers, *tolerance)?,
             Scheme::Discord { tolerance } => discord::read_head(headers, *tolerance)?,
+            Scheme::Sendgrid { tolerance } => sendgrid::read_head(headers, *tolerance)?,
             Scheme::Hmac(spec) => generic_hmac::read_head(spec, headers)?,
         };
         Ok(Verification::new(&self.keys, head))
@@ -248,10 +280,10 @@ pub struct Verification {
 
 enum Check {
     Macs(Vec<MacState>),
-    /// Ed25519 signs the whole message at once (it hashes it twice), so the body is
-    /// kept here as it arrives; the route's `max_body` bounds it.
-    Ed25519 {
-        keys: Arc<[Vec<u8>]>,
+    /// A public-key check takes the whole message at once (Ed25519 hashes it twice), so
+    /// the body is kept here as it arrives; the route's `max_body` bounds it.
+    Signature {
+        keys: Arc<[ParsedPublicKey]>,
         message: Vec<u8>,
     },
 }
@@ -268,7 +300,7 @@ impl Verification {
                     })
                     .collect(),
             ),
-            Keys::Ed25519(keys) => Check::Ed25519 {
+            Keys::Public(keys) => Check::Signature {
                 keys: Arc::clone(keys),
                 message: head.prefix,
             },
@@ -288,7 +320,7 @@ impl Verification {
                     mac.update(chunk);
                 }
             }
-            Check::Ed25519 { message, .. } => message.extend_from_slice(chunk),
+            Check::Signature { message, .. } => message.extend_from_slice(chunk),
         }
     }
 
@@ -298,7 +330,7 @@ impl Verification {
     pub fn finish(self, now: SystemTime) -> Result<Verified, VerifyError> {
         let (key, mac) = match self.check {
             Check::Macs(macs) => matching_mac(macs, &self.signatures),
-            Check::Ed25519 { keys, message } => {
+            Check::Signature { keys, message } => {
                 matching_signature(&keys, &message, self.signatures)
             }
         }
@@ -328,17 +360,16 @@ fn matching_mac(macs: Vec<MacState>, signatures: &[Vec<u8>]) -> Option<(usize, V
 }
 
 /// Which public key signed `message` with one of `signatures`, and that signature. Each
-/// pair is one Ed25519 check: keys and candidates are both capped.
+/// pair is one signature check: keys and candidates are both capped.
 fn matching_signature(
-    keys: &[Vec<u8>],
+    keys: &[ParsedPublicKey],
     message: &[u8],
     signatures: Vec<Vec<u8>>,
 ) -> Option<(usize, Vec<u8>)> {
     keys.iter().enumerate().find_map(|(key, public)| {
-        let public = UnparsedPublicKey::new(&ED25519, public);
         signatures
             .iter()
-            .find(|signature| public.verify(message, signature).is_ok())
+            .find(|signature| public.verify_sig(message, signature).is_ok())
             .map(|signature| (key, signature.clone()))
     })
 }

@@ -2,6 +2,7 @@
 //! signed prefix, the signatures offered (bounded in number and length), the signed
 //! timestamp and its check.
 
+use std::ops::RangeInclusive;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
@@ -85,7 +86,7 @@ pub(super) struct SignedTimestamp {
 pub(super) struct Signatures {
     digest: Digest,
     /// Of each usable candidate, in bytes.
-    len: usize,
+    len: RangeInclusive<usize>,
     header: &'static str,
     offered: usize,
     decoded: Vec<Vec<u8>>,
@@ -95,7 +96,7 @@ impl Signatures {
     pub(super) fn new(digest: Digest, header: &'static str) -> Self {
         Self {
             digest,
-            len: digest.mac_len(),
+            len: digest.mac_len()..=digest.mac_len(),
             header,
             offered: 0,
             decoded: Vec::new(),
@@ -105,8 +106,16 @@ impl Signatures {
     /// Ed25519 signatures (64 bytes).
     pub(super) fn ed25519(header: &'static str) -> Self {
         Self {
-            len: ED25519_SIGNATURE_LEN,
+            len: ED25519_SIGNATURE_LEN..=ED25519_SIGNATURE_LEN,
             ..Self::new(Digest::Sha512, header)
+        }
+    }
+
+    /// ECDSA P-256 signatures, DER-encoded (their length varies with the integers').
+    pub(super) fn ecdsa_p256_der(header: &'static str) -> Self {
+        Self {
+            len: ECDSA_P256_DER_MIN_LEN..=ECDSA_P256_DER_MAX_LEN,
+            ..Self::new(Digest::Sha256, header)
         }
     }
 
@@ -118,7 +127,7 @@ impl Signatures {
         if self.offered > MAX_SIGNATURES {
             return Err(VerifyError::MalformedHeader(self.header));
         }
-        if let Some(signature) = decoded.filter(|s| s.len() == self.len) {
+        if let Some(signature) = decoded.filter(|s| self.len.contains(&s.len())) {
             self.decoded.push(signature);
         }
         Ok(())
@@ -176,6 +185,9 @@ pub(super) fn check_timestamp(
 }
 
 const ED25519_SIGNATURE_LEN: usize = 64;
+/// `SEQUENCE { INTEGER r, INTEGER s }`: 2 + 2 × (2 + 1..=33) bytes.
+const ECDSA_P256_DER_MIN_LEN: usize = 8;
+const ECDSA_P256_DER_MAX_LEN: usize = 72;
 
 /// Most signature candidates one request may offer, usable or not; more makes its
 /// header malformed.

@@ -1,5 +1,6 @@
 //! Webhooks signed by the providers' own libraries (PyPI `standardwebhooks`, `slack_sdk`,
-//! `stripe`, and PyNaCl for Discord's Ed25519, pinned in `lab/setup.sh`'s venv), so that the edge's schemes are tested
+//! `stripe`, PyNaCl for Discord's Ed25519, `sendgrid`'s verifier for its ECDSA, pinned
+//! in `lab/setup.sh`'s venv), so that the edge's schemes are tested
 //! against the providers' code, not only against our reading of their docs.
 
 use std::io::Write;
@@ -7,8 +8,10 @@ use std::process::{Command, Stdio};
 
 /// The headers `provider`'s library sends with `body` signed by `secret` at `timestamp`
 /// (Unix seconds), under delivery id `id` where the scheme has one. `provider` is
-/// `standard`, `slack`, `stripe` or `discord` (PyNaCl; `secret` is the Ed25519 seed in
-/// hex, and `discord-key` gives its public key as the header `public-key`).
+/// `standard`, `slack`, `stripe`, `discord` (PyNaCl; `secret` is the Ed25519 seed in
+/// hex, and `discord-key` gives its public key as the header `public-key`) or `sendgrid`
+/// (`secret` is the P-256 private scalar in hex; `sendgrid-key` gives the verification
+/// key).
 pub fn signed_headers(
     provider: &str,
     secret: &str,
