@@ -4,7 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use testkit::edge::provider_sdk::signed_headers;
+use testkit::edge::provider_sdk::{public_key, signed_headers};
 use testkit::edge::*;
 
 const ROUTES: &str = r#"  - path: /hooks/std
@@ -94,17 +94,10 @@ async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
 async fn discord_events_signed_with_pynacl_are_stored_and_its_ping_answered() {
     let seed = "0101010101010101010101010101010101010101010101010101010101010101";
     let other_seed = "0202020202020202020202020202020202020202020202020202020202020202";
-    let public_key = |seed: &str| {
-        signed_headers("discord-key", seed, "", 0, "")
-            .into_iter()
-            .find(|(name, _)| name == "public-key")
-            .map(|(_, key)| key)
-            .unwrap()
-    };
     let routes = format!(
         "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"{}\", \"{}\"]\n",
         "ab".repeat(32),
-        public_key(seed)
+        public_key("discord", seed)
     );
     let edge = Edge::start("", &routes);
     let c = client(&edge, false);
@@ -112,42 +105,21 @@ async fn discord_events_signed_with_pynacl_are_stored_and_its_ping_answered() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let send = |seed: &str, body: &str, signed_body: &str, at: u64| {
-        let mut request = c.post(edge.url("/hooks/discord")).body(body.to_owned());
-        for (name, value) in signed_headers("discord", seed, signed_body, at, "") {
-            request = request.header(name, value);
-        }
-        request.send()
-    };
+    let url = edge.url("/hooks/discord");
+    let send =
+        |seed, body, signed_body, at| post_signed(&c, &url, "discord", seed, body, signed_body, at);
     let event = r#"{"version":1,"application_id":"1234","type":1,"event":{"type":"APPLICATION_AUTHORIZED","timestamp":"2026-12-07T05:00:00Z","data":{"user":{"id":"42"}}}}"#;
     let ping = r#"{"version":1,"application_id":"1234","type":0}"#;
 
-    assert_eq!(send(seed, event, event, now).await.unwrap().status(), 204);
-    assert_eq!(send(seed, ping, ping, now).await.unwrap().status(), 204);
+    assert_eq!(send(seed, event, event, now).await, 204);
+    assert_eq!(send(seed, ping, ping, now).await, 204);
     let flipped = event.replacen("AUTHORIZED", "AUTHORIZEE", 1);
-    assert_eq!(
-        send(seed, &flipped, event, now).await.unwrap().status(),
-        401
-    );
-    assert_eq!(
-        send(seed, event, event, now - 301).await.unwrap().status(),
-        401
-    );
-    assert_eq!(
-        send(other_seed, event, event, now).await.unwrap().status(),
-        401
-    );
+    assert_eq!(send(seed, &flipped, event, now).await, 401);
+    assert_eq!(send(seed, event, event, now - 301).await, 401);
+    assert_eq!(send(other_seed, event, event, now).await, 401);
 
-    let records = edge::spool::dump(&edge.spool_dir()).unwrap();
-    assert_eq!(records.len(), 1, "the PING is answered, not stored");
-    assert_eq!(records[0].body, event.as_bytes());
-    assert!(
-        records[0]
-            .headers
-            .iter()
-            .any(|(name, _)| name == "x-signature-ed25519"),
-        "the signature is kept for the origin to verify again"
-    );
+    // The PING is answered, not stored.
+    assert_only_stored(&edge, event, "x-signature-ed25519");
 }
 
 /// SendGrid's signed event webhook: ECDSA P-256 signatures that SendGrid's own verifier
@@ -159,17 +131,10 @@ async fn discord_events_signed_with_pynacl_are_stored_and_its_ping_answered() {
 async fn sendgrid_events_signed_with_ecdsa_are_stored_and_nothing_else() {
     let scalar = "5ee7f1e1d5c0a3b2c4d6e8f00112233445566778899aabbccddeeff001122334";
     let other = "1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d";
-    let key = |scalar: &str| {
-        signed_headers("sendgrid-key", scalar, "", 0, "")
-            .into_iter()
-            .find(|(name, _)| name == "public-key")
-            .map(|(_, key)| key)
-            .unwrap()
-    };
     let routes = format!(
         "  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"{}\", \"{}\"]\n",
-        key(other),
-        key(scalar)
+        public_key("sendgrid", other),
+        public_key("sendgrid", scalar)
     );
     let edge = Edge::start("", &routes);
     let c = client(&edge, false);
@@ -177,45 +142,51 @@ async fn sendgrid_events_signed_with_ecdsa_are_stored_and_nothing_else() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let send = |scalar: &str, body: &str, signed_body: &str, at: u64| {
-        let mut request = c.post(edge.url("/hooks/sendgrid")).body(body.to_owned());
-        for (name, value) in signed_headers("sendgrid", scalar, signed_body, at, "") {
-            request = request.header(name, value);
-        }
-        request.send()
+    let url = edge.url("/hooks/sendgrid");
+    let send = |scalar, body, signed_body, at| {
+        post_signed(&c, &url, "sendgrid", scalar, body, signed_body, at)
     };
     let events = r#"[{"email":"ops@example.com","timestamp":1765090000,"event":"delivered","sg_event_id":"c2VuZGdyaWQ","sg_message_id":"m1"}]"#;
 
-    assert_eq!(
-        send(scalar, events, events, now).await.unwrap().status(),
-        202
-    );
+    assert_eq!(send(scalar, events, events, now).await, 202);
     let flipped = events.replacen("delivered", "deliverex", 1);
-    assert_eq!(
-        send(scalar, &flipped, events, now).await.unwrap().status(),
-        401
-    );
-    assert_eq!(
-        send(scalar, events, events, now - 301)
-            .await
-            .unwrap()
-            .status(),
-        401
-    );
+    assert_eq!(send(scalar, &flipped, events, now).await, 401);
+    assert_eq!(send(scalar, events, events, now - 301).await, 401);
     let unheld = "3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a";
-    assert_eq!(
-        send(unheld, events, events, now).await.unwrap().status(),
-        401
-    );
+    assert_eq!(send(unheld, events, events, now).await, 401);
 
+    assert_only_stored(&edge, events, "x-twilio-email-event-webhook-signature");
+}
+
+/// Posts `body` with the headers `provider`'s library makes for `signed_body`, signed by
+/// `secret` at `at`; the answer's status.
+async fn post_signed(
+    c: &reqwest::Client,
+    url: &str,
+    provider: &str,
+    secret: &str,
+    body: &str,
+    signed_body: &str,
+    at: u64,
+) -> u16 {
+    let mut request = c.post(url).body(body.to_owned());
+    for (name, value) in signed_headers(provider, secret, signed_body, at, "") {
+        request = request.header(name, value);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+/// The spool holds `body` and nothing else, with its `signature_header` kept for the
+/// origin to verify again.
+fn assert_only_stored(edge: &Edge, body: &str, signature_header: &str) {
     let records = edge::spool::dump(&edge.spool_dir()).unwrap();
     assert_eq!(records.len(), 1);
-    assert_eq!(records[0].body, events.as_bytes());
+    assert_eq!(records[0].body, body.as_bytes());
     assert!(
         records[0]
             .headers
             .iter()
-            .any(|(name, _)| name == "x-twilio-email-event-webhook-signature"),
-        "the signature is kept for the origin to verify again"
+            .any(|(name, _)| name == signature_header),
+        "{signature_header} kept"
     );
 }

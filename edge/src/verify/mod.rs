@@ -455,6 +455,27 @@ pub(crate) mod test_support {
         }
         map
     }
+
+    /// Each of `values` in `header` (beside the `others`) is a malformed header for
+    /// `verifier`, refused before any key is tried.
+    pub(crate) fn assert_malformed(
+        verifier: &super::Verifier,
+        header: &'static str,
+        values: &[&str],
+        others: &[(&str, &str)],
+    ) {
+        for value in values {
+            let mut pairs = vec![(header, *value)];
+            pairs.extend_from_slice(others);
+            assert_eq!(
+                verifier
+                    .verify(&headers(&pairs), b"{}", std::time::SystemTime::now())
+                    .map(|_| ()),
+                Err(super::VerifyError::MalformedHeader(header)),
+                "{value}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

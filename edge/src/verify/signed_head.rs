@@ -151,6 +151,27 @@ impl Signatures {
     }
 }
 
+/// The head of a scheme that signs `{timestamp}{body}` with one signature in the
+/// `signatures`' header (`decode`d from its trimmed value) and the timestamp in
+/// `timestamp_header`, accepted within `tolerance`.
+pub(super) fn timestamp_and_body(
+    headers: &HeaderMap,
+    mut signatures: Signatures,
+    timestamp_header: &'static str,
+    tolerance: Duration,
+    decode: impl FnOnce(&str) -> Option<Vec<u8>>,
+) -> Result<SignedHead, VerifyError> {
+    let value = required_header(headers, signatures.header)?;
+    let timestamp = required_header(headers, timestamp_header)?;
+    signatures.push(decode(value.trim()))?;
+    let signed_at = SignedTimestamp {
+        raw: timestamp.to_owned(),
+        header: timestamp_header,
+        tolerance,
+    };
+    signatures.into_head(timestamp.as_bytes().to_vec(), Some(signed_at))
+}
+
 /// The value of a header that must be present and ASCII.
 pub(super) fn required_header<'h>(
     headers: &'h HeaderMap,

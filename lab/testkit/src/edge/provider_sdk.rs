@@ -48,5 +48,15 @@ pub fn signed_headers(
         .collect()
 }
 
+/// The public key a route holds for `provider`'s signing key `secret` (`discord` or
+/// `sendgrid`), as the provider's portal shows it.
+pub fn public_key(provider: &str, secret: &str) -> String {
+    signed_headers(&format!("{provider}-key"), secret, "", 0, "")
+        .into_iter()
+        .find(|(name, _)| name == "public-key")
+        .map(|(_, key)| key)
+        .unwrap_or_else(|| panic!("{SIGNER} gave no public key for {provider}"))
+}
+
 const PYTHON: &str = "/var/cache/webhook-edge-lab/provider-sdks/bin/python";
 const SIGNER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sign_with_sdk.py");
