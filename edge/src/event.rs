@@ -14,7 +14,7 @@
 use http::{HeaderMap, HeaderName};
 use sha2::{Digest as _, Sha256};
 
-use crate::verify::Provider;
+use crate::verify::{self, Provider};
 
 /// Longest provider event id accepted; provider ids are far shorter, so a longer one
 /// is malformed.
@@ -46,6 +46,10 @@ pub fn id_is_signed(provider: Provider) -> bool {
             | Provider::Zoom
             | Provider::Discord
             | Provider::Sendgrid
+            | Provider::Paddle
+            | Provider::Pagerduty
+            | Provider::Intercom
+            | Provider::Mailgun
     )
 }
 
@@ -64,9 +68,20 @@ pub fn event_id(
         Provider::Github => header_id(headers, "x-github-delivery")?,
         Provider::Shopify => header_id(headers, "x-shopify-webhook-id")?,
         Provider::Standard => header_id(headers, "webhook-id")?,
-        Provider::Stripe => body_field(body, "id").ok_or(EventIdError::MissingBodyField("id"))?,
+        Provider::Linear => header_id(headers, "linear-delivery")?,
+        Provider::Stripe | Provider::Intercom => {
+            body_field(body, "id").ok_or(EventIdError::MissingBodyField("id"))?
+        }
+        Provider::Paddle => {
+            body_field(body, "event_id").ok_or(EventIdError::MissingBodyField("event_id"))?
+        }
+        Provider::Mailgun => {
+            verify::mailgun_token(body).ok_or(EventIdError::MissingBodyField("signature.token"))?
+        }
         Provider::Slack => body_field(body, "event_id").unwrap_or_else(|| body_digest(body)),
-        Provider::Zoom | Provider::Discord | Provider::Sendgrid => body_digest(body),
+        Provider::Zoom | Provider::Discord | Provider::Sendgrid | Provider::Pagerduty => {
+            body_digest(body)
+        }
         Provider::Hmac => match id_header.and_then(|name| headers.get(name)) {
             Some(value) => value
                 .to_str()
@@ -133,12 +148,17 @@ pub fn claimed_id(
         Provider::Github => headers.get("x-github-delivery"),
         Provider::Shopify => headers.get("x-shopify-webhook-id"),
         Provider::Standard => headers.get("webhook-id"),
+        Provider::Linear => headers.get("linear-delivery"),
         Provider::Hmac => id_header.and_then(|name| headers.get(name)),
         Provider::Stripe
         | Provider::Slack
         | Provider::Zoom
         | Provider::Discord
-        | Provider::Sendgrid => None,
+        | Provider::Sendgrid
+        | Provider::Paddle
+        | Provider::Pagerduty
+        | Provider::Intercom
+        | Provider::Mailgun => None,
     }?;
     let id = value.to_str().ok()?.trim();
     let visible = id.bytes().all(|b| b.is_ascii_graphic());
@@ -158,7 +178,11 @@ pub fn kept_headers(provider: Provider, headers: &HeaderMap) -> Vec<(String, Vec
         Provider::Zoom => &["x-zm-"],
         Provider::Discord => &["x-signature-"],
         Provider::Sendgrid => &["x-twilio-email-event-webhook-"],
-        Provider::Hmac => &[],
+        Provider::Paddle => &["paddle-"],
+        Provider::Pagerduty => &["x-pagerduty-"],
+        Provider::Linear => &["linear-"],
+        Provider::Intercom => &["x-hub-signature", "x-intercom-"],
+        Provider::Mailgun | Provider::Hmac => &[],
     };
     headers
         .iter()

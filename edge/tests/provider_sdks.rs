@@ -1,6 +1,7 @@
-//! The providers' own libraries sign (Standard Webhooks, Slack and Stripe, from PyPI) and
-//! the real `edge` must accept what they sign, and refuse the same delivery with one
-//! body byte flipped, signed too long ago, or signed with another secret.
+//! The providers' own libraries sign (Standard Webhooks, Slack, Stripe, Discord; from
+//! PyPI) or verify what is signed as documented (SendGrid, Paddle, Mailgun), and the real `edge`
+//! must accept it, and refuse the same delivery with one body byte flipped, signed too
+//! long ago, or signed with another secret or key.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -16,6 +17,9 @@ const ROUTES: &str = r#"  - path: /hooks/std
   - path: /hooks/stripe
     provider: stripe
     secrets: ["whsec_stripe_sdk"]
+  - path: /hooks/paddle
+    provider: paddle
+    secrets: ["pdl_ntfset_01hsdk_paddle"]
 "#;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -32,21 +36,31 @@ async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
             "/hooks/std",
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             "whsec_dGhlIG90aGVyIG9uZQ==",
+            202,
         ),
         (
             "slack",
             "/hooks/slack",
             "8f742231b10e8888abcd99yyyzzz85a5",
             "another-signing-secret",
+            202,
         ),
         (
             "stripe",
             "/hooks/stripe",
             "whsec_stripe_sdk",
             "whsec_another",
+            202,
+        ),
+        (
+            "paddle",
+            "/hooks/paddle",
+            "pdl_ntfset_01hsdk_paddle",
+            "pdl_ntfset_another",
+            200,
         ),
     ];
-    for (provider, path, secret, wrong_secret) in cases {
+    for &(provider, path, secret, wrong_secret, ack) in &cases {
         let body =
             format!(r#"{{"id":"evt_{provider}","type":"sdk.test","event_id":"Ev_{provider}"}}"#);
         let id = format!("msg_{provider}");
@@ -60,7 +74,7 @@ async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
 
         let signed = signed_headers(provider, secret, &body, now, &id);
         let r = send(signed.clone(), body.clone()).await.unwrap();
-        assert_eq!(r.status(), 202, "{provider}: {}", r.text().await.unwrap());
+        assert_eq!(r.status(), ack, "{provider}: {}", r.text().await.unwrap());
 
         let flipped = body.replacen("sdk.test", "sdk.tesu", 1);
         let r = send(signed, flipped).await.unwrap();
@@ -76,10 +90,11 @@ async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
         assert_eq!(r.status(), 401, "{provider}: another secret");
     }
     let metrics = edge.metrics();
-    for route in ["hooks_std", "hooks_slack", "hooks_stripe"] {
+    for (_, path, _, _, ack) in cases {
+        let route = path.trim_start_matches('/').replace('/', "_");
         assert!(
             metrics.contains(&format!(
-                r#"edge_requests_total{{pop="test",route="{route}",status="202"}} 1"#
+                r#"edge_requests_total{{pop="test",route="{route}",status="{ack}"}} 1"#
             )),
             "{route}: one delivery stored\n{metrics}"
         );
@@ -189,4 +204,53 @@ fn assert_only_stored(edge: &Edge, body: &str, signature_header: &str) {
             .any(|(name, _)| name == signature_header),
         "{signature_header} kept"
     );
+}
+
+/// Mailgun's signature travels in the JSON body and covers only its timestamp and token,
+/// as the `mailgun` SDK checks it: what it accepts is stored; a stale timestamp, another
+/// key or a changed token gets a 401; and since the event data is not signed, the same
+/// signed token with other event data (a captured signature reused) is a duplicate,
+/// answered and not stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn mailgun_signatures_in_the_body_are_checked_and_a_token_is_stored_once() {
+    let routes =
+        "  - path: /hooks/mailgun\n    provider: mailgun\n    secrets: [\"key-mailgun-sdk\"]\n";
+    let edge = Edge::start("", routes);
+    let c = client(&edge, false);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let signed_body = |key: &str, event: &str, at: u64, token: &str| {
+        signed_headers("mailgun", key, event, at, token)
+            .into_iter()
+            .find(|(name, _)| name == "signed-body")
+            .map(|(_, body)| body)
+            .unwrap()
+    };
+    let send = |body: String| {
+        let request = c.post(edge.url("/hooks/mailgun")).body(body);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let event =
+        r#"{"event":"delivered","id":"CPgfbmQMTCKtHW6uIWtuVe","recipient":"ops@example.com"}"#;
+    let body = signed_body("key-mailgun-sdk", event, now, "tok-5a1f");
+
+    assert_eq!(send(body.clone()).await, 200);
+    let forged = body.replacen("ops@example.com", "evil@example.com", 1);
+    assert_eq!(send(forged).await, 200, "answered as the duplicate it is");
+    assert_eq!(
+        send(signed_body("key-mailgun-sdk", event, now - 301, "tok-2")).await,
+        401
+    );
+    assert_eq!(
+        send(signed_body("key-another", event, now, "tok-3")).await,
+        401
+    );
+    assert_eq!(send(body.replacen("tok-5a1f", "tok-5a1e", 1)).await, 401);
+    assert_eq!(send(event.to_owned()).await, 401, "no signature object");
+
+    let records = edge::spool::dump(&edge.spool_dir()).unwrap();
+    assert_eq!(records.len(), 1, "the reused token stored nothing");
+    assert_eq!(records[0].body, body.as_bytes());
 }

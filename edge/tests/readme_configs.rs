@@ -14,7 +14,7 @@ fn the_readme_edge_config_parses() {
     let dir = config_dir();
     let settings = parse(&edge_example(), dir.path()).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(settings.pop, "fra1");
-    assert_eq!(settings.routes.len(), 4);
+    assert_eq!(settings.routes.len(), 5);
     assert_eq!(
         settings.routes[3].challenge,
         Some(edge::verify::Challenge::Dropbox)

@@ -90,6 +90,47 @@ def sendgrid_key(request):
     return {"public-key": base64.b64encode(der).decode()}
 
 
+def paddle(request):
+    """Paddle's SDK (`paddle-python-sdk`) only verifies: the header is made as Paddle
+    documents it (`ts=<unix>;h1=<HMAC-SHA256 hex of ts:body>`) and must pass the SDK's
+    own `PaddleSignature.verify` before it is used."""
+    import hashlib
+    import hmac
+
+    from paddle_billing.Notifications.PaddleSignature import PaddleSignature
+    from paddle_billing.Notifications.Secret import Secret
+
+    timestamp = str(request["timestamp"])
+    signed = f"{timestamp}:{request['body']}".encode()
+    h1 = hmac.new(request["secret"].encode(), signed, hashlib.sha256).hexdigest()
+    header = f"ts={timestamp};h1={h1}"
+    assert PaddleSignature().verify(header, request["body"], Secret(request["secret"]))
+    return {"paddle-signature": header}
+
+
+def mailgun(request):
+    """Mailgun signs `timestamp + token` and puts all three in the JSON body beside the
+    event data (`body` here): the body printed as `signed-body`, its signature made as
+    Mailgun documents it and checked by the `mailgun` SDK's own `verify_webhook` first.
+    `id` is the delivery's token."""
+    import hashlib
+    import hmac
+
+    from mailgun.security import SecurityGuard
+
+    timestamp = str(request["timestamp"])
+    token = request["id"]
+    signature = hmac.new(
+        request["secret"].encode(), f"{timestamp}{token}".encode(), hashlib.sha256
+    ).hexdigest()
+    assert SecurityGuard.verify_webhook(
+        request["secret"], token, timestamp, signature, max_age_seconds=0
+    )
+    signed = {"timestamp": timestamp, "token": token, "signature": signature}
+    body = json.dumps({"signature": signed, "event-data": json.loads(request["body"])})
+    return {"signed-body": body}
+
+
 SIGNERS = {
     "standard": standard,
     "slack": slack,
@@ -98,6 +139,8 @@ SIGNERS = {
     "discord-key": discord_key,
     "sendgrid": sendgrid,
     "sendgrid-key": sendgrid_key,
+    "paddle": paddle,
+    "mailgun": mailgun,
 }
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         Provider::Zoom,
         Provider::Discord,
         Provider::Sendgrid,
+        Provider::Paddle,
+        Provider::Pagerduty,
+        Provider::Linear,
+        Provider::Intercom,
+        Provider::Mailgun,
         Provider::Hmac,
     ] {
         if let Ok(id) = event_id(provider, Some(&id_header), &headers, body, &[0xab; 32]) {

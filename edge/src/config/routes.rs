@@ -12,7 +12,10 @@ use serde::Deserialize;
 
 use crate::admission::limiter::Priority;
 use crate::admission::rate_limit::Rate;
-use crate::verify::{self, Challenge, Digest, Encoding, HmacSpec, Provider, Scheme, Verifier};
+use crate::verify::{
+    self, Challenge, Digest, Encoding, HmacSpec, Provider, Scheme, TimestampSource, TimestampSpec,
+    Verifier,
+};
 
 /// One webhook endpoint.
 #[derive(Clone, Debug)]
@@ -80,7 +83,8 @@ pub(super) struct RawRoute {
     secrets_file: Option<PathBuf>,
     /// Default 1MiB.
     max_body: Option<ByteSize>,
-    /// Default 202 (200 for Shopify and Zoom, 204 for Discord).
+    /// Default 202 (200 for Shopify, Zoom, Paddle, Linear, Intercom and Mailgun, 204 for
+    /// Discord).
     ack_status: Option<u16>,
     /// Signed timestamps older or newer than this are refused. Default 300s.
     #[serde(default, with = "humantime_serde")]
@@ -116,6 +120,22 @@ struct RawHmac {
     #[serde(default)]
     prefix: String,
     id_header: Option<String>,
+    /// Splits the header into parts (several signatures, or signature and timestamp
+    /// fields); default: the whole value is one signature.
+    separator: Option<char>,
+    /// Where the signed timestamp is; default: none is signed.
+    timestamp: Option<RawTimestamp>,
+    /// What is signed, ending in `{body}`. Default `{body}`.
+    signed: Option<String>,
+}
+
+/// A signed timestamp's place: `header: NAME`, or `field: TEXT` (the part of the
+/// signature header after TEXT, with `separator`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimestamp {
+    header: Option<String>,
+    field: Option<String>,
 }
 
 /// Validates every route; paths and names must be unique.
@@ -194,9 +214,15 @@ impl RawRoute {
                 "must leave room for the record in one spool.segment_bytes",
             );
         }
-        // Shopify and Zoom count only 200 (Zoom also 204) as delivered, Discord only 204.
+        // Shopify and Zoom count only 200 (Zoom also 204) as delivered, Discord only 204;
+        // Paddle, Linear, Intercom and Mailgun document a 200.
         let default_ack = match self.provider {
-            Provider::Shopify | Provider::Zoom => 200,
+            Provider::Shopify
+            | Provider::Zoom
+            | Provider::Paddle
+            | Provider::Linear
+            | Provider::Intercom
+            | Provider::Mailgun => 200,
             Provider::Discord => 204,
             _ => 202,
         };
@@ -323,7 +349,7 @@ fn secret_keys(
 }
 
 /// The signature scheme, and the event-id header of a generic HMAC route. `None` when
-/// the `hmac` block is missing or misplaced (an error was added).
+/// the `hmac` block is missing, misplaced or wrong (an error was added).
 fn scheme(
     provider: Provider,
     hmac: Option<RawHmac>,
@@ -333,27 +359,54 @@ fn scheme(
 ) -> Option<(Scheme, Option<HeaderName>)> {
     let scheme = match (provider, hmac) {
         (Provider::Hmac, Some(hmac)) => {
-            let header = HeaderName::from_bytes(hmac.header.as_bytes()).unwrap_or_else(|_| {
-                errors.add(at("hmac.header"), "is not a valid header name");
-                HeaderName::from_static("invalid")
+            let header = header_name(&hmac.header, "hmac.header", at, errors);
+            let id_header = hmac
+                .id_header
+                .and_then(|name| header_name(&name, "hmac.id_header", at, errors));
+            let timestamp = hmac.timestamp.and_then(|raw| {
+                let source = match (raw.header, raw.field) {
+                    (Some(name), None) => TimestampSource::Header(header_name(
+                        &name,
+                        "hmac.timestamp.header",
+                        at,
+                        errors,
+                    )?),
+                    (None, Some(field)) if hmac.separator.is_some() && !field.is_empty() => {
+                        TimestampSource::Field(field)
+                    }
+                    (None, Some(_)) => {
+                        errors.add(
+                            at("hmac.timestamp.field"),
+                            "needs hmac.separator and some text",
+                        );
+                        return None;
+                    }
+                    _ => {
+                        errors.add(at("hmac.timestamp"), "needs one of header or field");
+                        return None;
+                    }
+                };
+                Some(TimestampSpec { source, tolerance })
             });
-            let id_header = hmac.id_header.and_then(|name| {
-                HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| errors.add(at("hmac.id_header"), "is not a valid header name"))
-                    .ok()
-            });
+            let template = hmac.signed.as_deref().unwrap_or("{body}");
+            let signed = verify::parse_template(template, timestamp.is_some(), id_header.as_ref())
+                .map_err(|error| errors.add(at("hmac.signed"), error.to_string()))
+                .ok();
             let spec = HmacSpec {
-                header,
+                header: header?,
                 digest: hmac.algorithm.unwrap_or(Digest::Sha256),
                 encoding: hmac.encoding.unwrap_or(Encoding::Hex),
                 prefix: hmac.prefix,
+                separator: hmac.separator,
+                timestamp,
+                signed: signed?,
             };
             return Some((Scheme::Hmac(spec), id_header));
         }
         (Provider::Hmac, None) => {
             errors.add(
                 at("hmac"),
-                "required when provider is hmac (header, algorithm, encoding, prefix)",
+                "required when provider is hmac (header, algorithm, encoding, prefix, separator, timestamp, signed, id_header)",
             );
             return None;
         }
@@ -369,8 +422,24 @@ fn scheme(
         (Provider::Zoom, None) => Scheme::Zoom { tolerance },
         (Provider::Discord, None) => Scheme::Discord { tolerance },
         (Provider::Sendgrid, None) => Scheme::Sendgrid { tolerance },
+        (Provider::Mailgun, None) => Scheme::Mailgun { tolerance },
+        (Provider::Paddle | Provider::Pagerduty | Provider::Linear | Provider::Intercom, None) => {
+            Scheme::Hmac(verify::preset(provider, tolerance)?)
+        }
     };
     Some((scheme, None))
+}
+
+/// A configured header name, or `None` with an error at `field`.
+fn header_name(
+    name: &str,
+    field: &str,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut FieldErrors,
+) -> Option<HeaderName> {
+    HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| errors.add(at(field), "is not a valid header name"))
+        .ok()
 }
 
 const DEFAULT_MAX_BODY: ByteSize = ByteSize::mib(1);

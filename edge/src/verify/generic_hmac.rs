@@ -1,11 +1,17 @@
-//! Generic HMAC for providers without a scheme of their own: a configured header holds
-//! `<prefix><hex or base64 of HMAC-SHA256/512(raw body)>`.
+//! HMAC schemes as data: where the signatures are (a header, whole or split into parts,
+//! each after a prefix), what the provider MACs before the body (a template over the
+//! signed timestamp and the delivery id), the hash and the encoding. A route with
+//! `provider: hmac` writes one in its `hmac:` block; the presets (Paddle, PagerDuty,
+//! Linear, Intercom) are written in it too ([`preset`]).
+
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::{HeaderMap, HeaderName};
 
-use super::signed_head::{Digest, Signatures, SignedHead, VerifyError};
+use super::Provider;
+use super::signed_head::{Digest, Signatures, SignedHead, SignedTimestamp, VerifyError};
 
 /// How a signature is written in its header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -17,88 +23,310 @@ pub enum Encoding {
     Base64,
 }
 
-/// A generic HMAC signature: a header holding the digest of the body.
+/// An HMAC scheme: the signature header, what is signed, the hash and the encoding.
 #[derive(Clone, Debug)]
 pub struct HmacSpec {
-    /// The header that carries the signature.
+    /// The header that carries the signatures.
     pub header: HeaderName,
     /// The digest.
     pub digest: Digest,
-    /// How it is encoded.
+    /// How each signature is encoded.
     pub encoding: Encoding,
-    /// Text before the signature in the header (`sha256=`), removed before decoding.
+    /// Text before each signature (`sha256=`, `v1=`), removed before decoding.
     pub prefix: String,
+    /// Splits the header into parts (`,` for several signatures, `;` for Paddle's
+    /// `ts=…;h1=…`); a part after `prefix` is a signature, any other is skipped unless it
+    /// is the timestamp field. `None`: the whole value is one signature.
+    pub separator: Option<char>,
+    /// Where the signed timestamp is, when the provider signs one.
+    pub timestamp: Option<TimestampSpec>,
+    /// What the provider MACs before the body (the body always comes last).
+    pub signed: Vec<Piece>,
+}
+
+/// Where a signed timestamp is, and how far from now it may be.
+#[derive(Clone, Debug)]
+pub struct TimestampSpec {
+    /// Its header, or its field in the signature header.
+    pub source: TimestampSource,
+    /// The largest age (or lead) accepted.
+    pub tolerance: Duration,
+}
+
+/// Where a signed timestamp is.
+#[derive(Clone, Debug)]
+pub enum TimestampSource {
+    /// A header of its own (Unix seconds).
+    Header(HeaderName),
+    /// The part of the signature header after this text (`ts=`, `t=`).
+    Field(String),
+}
+
+/// One piece of what is signed before the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Literal text.
+    Text(String),
+    /// The signed timestamp, as sent.
+    Timestamp,
+    /// A header's value as sent (the delivery id).
+    Header(HeaderName),
+}
+
+/// Why a `signed` template cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// It does not end in `{body}`, or names it twice.
+    #[error("must end with {{body}}, once (the body is signed as it arrives)")]
+    BodyNotLast,
+    /// `{timestamp}` without a timestamp source.
+    #[error("{{timestamp}} needs hmac.timestamp")]
+    NoTimestamp,
+    /// `{id}` without an id header.
+    #[error("{{id}} needs hmac.id_header")]
+    NoIdHeader,
+    /// A `{…}` that is not one of the above, or an unclosed brace.
+    #[error("knows only {{timestamp}}, {{id}} and {{body}}")]
+    UnknownPlaceholder,
+}
+
+/// Reads a `signed` template: text with `{timestamp}` and `{id}` (the `id_header`'s
+/// value), ending in `{body}`; `has_timestamp` says whether the scheme has a timestamp.
+pub fn parse_template(
+    template: &str,
+    has_timestamp: bool,
+    id_header: Option<&HeaderName>,
+) -> Result<Vec<Piece>, TemplateError> {
+    let head = template
+        .strip_suffix("{body}")
+        .filter(|head| !head.contains("{body}"))
+        .ok_or(TemplateError::BodyNotLast)?;
+    let mut pieces = Vec::new();
+    let mut rest = head;
+    while let Some(open) = rest.find('{') {
+        if open > 0 {
+            pieces.push(Piece::Text(rest[..open].to_owned()));
+        }
+        let close = rest[open..]
+            .find('}')
+            .ok_or(TemplateError::UnknownPlaceholder)?;
+        pieces.push(match &rest[open + 1..open + close] {
+            "timestamp" if has_timestamp => Piece::Timestamp,
+            "timestamp" => return Err(TemplateError::NoTimestamp),
+            "id" => Piece::Header(id_header.cloned().ok_or(TemplateError::NoIdHeader)?),
+            _ => return Err(TemplateError::UnknownPlaceholder),
+        });
+        rest = &rest[open + close + 1..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Text(rest.to_owned()));
+    }
+    Ok(pieces)
+}
+
+/// The scheme of a provider written as a preset of this language; `None` for providers
+/// with a scheme of their own. `tolerance` is the route's, for signed timestamps.
+pub fn preset(provider: Provider, tolerance: Duration) -> Option<HmacSpec> {
+    let header = |name: &'static str| HeaderName::from_static(name);
+    let spec = match provider {
+        // `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=…]` over `ts:body`.
+        Provider::Paddle => HmacSpec {
+            header: header("paddle-signature"),
+            digest: Digest::Sha256,
+            encoding: Encoding::Hex,
+            prefix: "h1=".into(),
+            separator: Some(';'),
+            timestamp: Some(TimestampSpec {
+                source: TimestampSource::Field("ts=".into()),
+                tolerance,
+            }),
+            signed: vec![Piece::Timestamp, Piece::Text(":".into())],
+        },
+        // `X-PagerDuty-Signature: v1=<hex>[,v1=<hex>]` (one per active secret) over the body.
+        Provider::Pagerduty => HmacSpec {
+            separator: Some(','),
+            ..body_signature(header("x-pagerduty-signature"), Digest::Sha256, "v1=")
+        },
+        // `Linear-Signature: <hex>` over the body.
+        Provider::Linear => body_signature(header("linear-signature"), Digest::Sha256, ""),
+        // `X-Hub-Signature: sha1=<hex>` over the body, keyed by the app's client secret.
+        Provider::Intercom => body_signature(header("x-hub-signature"), Digest::Sha1, "sha1="),
+        _ => return None,
+    };
+    Some(spec)
 }
 
 pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHead, VerifyError> {
-    let value = headers
-        .get(&spec.header)
-        .ok_or(VerifyError::MissingHeader(LABEL))?;
-    let value = value
-        .to_str()
-        .map_err(|_| VerifyError::MalformedHeader(LABEL))?
-        .trim();
-    let encoded = value
-        .strip_prefix(spec.prefix.as_str())
-        .ok_or(VerifyError::MalformedHeader(LABEL))?;
-    let decoded = match spec.encoding {
-        Encoding::Hex => hex::decode(encoded).ok(),
-        Encoding::Base64 => BASE64.decode(encoded).ok(),
+    let value = configured_header(headers, &spec.header, SIGNATURE_LABEL)?;
+    let field = match &spec.timestamp {
+        Some(TimestampSpec {
+            source: TimestampSource::Field(field),
+            ..
+        }) => Some(field.as_str()),
+        _ => None,
     };
-    let mut signatures = Signatures::new(spec.digest, LABEL);
-    signatures.push(decoded)?;
-    signatures.into_head(Vec::new(), None)
+    let mut signatures = Signatures::new(spec.digest, SIGNATURE_LABEL);
+    let mut field_timestamp = None;
+    match spec.separator {
+        None => {
+            let encoded = value
+                .strip_prefix(spec.prefix.as_str())
+                .ok_or(VerifyError::MalformedHeader(SIGNATURE_LABEL))?;
+            signatures.push(decode(spec.encoding, encoded))?;
+        }
+        Some(separator) => {
+            for part in value.split(separator).map(str::trim) {
+                if let Some(raw) = field.and_then(|field| part.strip_prefix(field)) {
+                    field_timestamp = Some(raw);
+                } else if let Some(encoded) = part.strip_prefix(spec.prefix.as_str()) {
+                    signatures.push(decode(spec.encoding, encoded))?;
+                }
+            }
+        }
+    }
+    let timestamp = match &spec.timestamp {
+        None => None,
+        Some(t) => {
+            let raw = match &t.source {
+                TimestampSource::Header(name) => configured_header(headers, name, TIMESTAMP_LABEL)?,
+                TimestampSource::Field(_) => {
+                    field_timestamp.ok_or(VerifyError::MissingHeader(TIMESTAMP_LABEL))?
+                }
+            };
+            Some(SignedTimestamp {
+                raw: raw.to_owned(),
+                header: TIMESTAMP_LABEL,
+                tolerance: t.tolerance,
+            })
+        }
+    };
+    let mut prefix = Vec::new();
+    for piece in &spec.signed {
+        match piece {
+            Piece::Text(text) => prefix.extend_from_slice(text.as_bytes()),
+            Piece::Timestamp => {
+                let raw = timestamp.as_ref().map(|t| t.raw.as_bytes());
+                prefix.extend_from_slice(raw.unwrap_or_default());
+            }
+            Piece::Header(name) => {
+                prefix.extend_from_slice(configured_header(headers, name, ID_LABEL)?.as_bytes());
+            }
+        }
+    }
+    signatures.into_head(prefix, timestamp)
 }
 
-/// The header name is configured, so errors name it by a fixed label.
-const LABEL: &str = "configured signature header";
+/// One signature of the body alone, whole in `header` after `prefix`.
+fn body_signature(header: HeaderName, digest: Digest, prefix: &str) -> HmacSpec {
+    HmacSpec {
+        header,
+        digest,
+        encoding: Encoding::Hex,
+        prefix: prefix.into(),
+        separator: None,
+        timestamp: None,
+        signed: Vec::new(),
+    }
+}
+
+fn decode(encoding: Encoding, encoded: &str) -> Option<Vec<u8>> {
+    match encoding {
+        Encoding::Hex => hex::decode(encoded).ok(),
+        Encoding::Base64 => BASE64.decode(encoded).ok(),
+    }
+}
+
+/// A configured header's trimmed ASCII value; errors name it by `label`, since the
+/// name itself is configured.
+fn configured_header<'h>(
+    headers: &'h HeaderMap,
+    name: &HeaderName,
+    label: &'static str,
+) -> Result<&'h str, VerifyError> {
+    let value = headers.get(name).ok_or(VerifyError::MissingHeader(label))?;
+    value
+        .to_str()
+        .map(str::trim)
+        .map_err(|_| VerifyError::MalformedHeader(label))
+}
+
+const SIGNATURE_LABEL: &str = "configured signature header";
+const TIMESTAMP_LABEL: &str = "configured timestamp";
+const ID_LABEL: &str = "configured id header";
 
 #[cfg(test)]
 mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use hmac::{Hmac, Mac};
+    use sha2::Sha256;
+
     use super::*;
     use crate::verify::test_support::headers;
     use crate::verify::{Scheme, Verifier};
 
+    fn verify_at(
+        spec: &HmacSpec,
+        secrets: &[&[u8]],
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), VerifyError> {
+        let secrets = secrets.iter().map(|s| s.to_vec()).collect();
+        Verifier::new(Scheme::Hmac(spec.clone()), secrets)
+            .verify(headers, body, now)
+            .map(|_| ())
+    }
+
     fn verify(
         spec: &HmacSpec,
-        secrets: &[Vec<u8>],
+        secrets: &[&[u8]],
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<(), VerifyError> {
-        Verifier::new(Scheme::Hmac(spec.clone()), secrets.to_vec())
-            .verify(headers, body, std::time::SystemTime::now())
-            .map(|_| ())
+        verify_at(spec, secrets, headers, body, SystemTime::now())
     }
 
     fn spec(digest: Digest, encoding: Encoding, prefix: &str) -> HmacSpec {
         HmacSpec {
-            header: HeaderName::from_static("x-signature"),
-            digest,
             encoding,
-            prefix: prefix.into(),
+            ..body_signature(HeaderName::from_static("x-signature"), digest, prefix)
         }
     }
 
-    // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
+    fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
+        mac.update(message);
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    // RFC 4231 test case 2 and RFC 2202 test case 2: key "Jefe", data "what do ya want
+    // for nothing?".
     const RFC_KEY: &[u8] = b"Jefe";
     const RFC_DATA: &[u8] = b"what do ya want for nothing?";
+    const RFC_SHA1: &str = "effcdf6ae5eb2fa2d27416d5f184df9c259a7c79";
     const RFC_SHA256: &str = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843";
     const RFC_SHA512: &str = "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737";
 
     #[test]
-    fn rfc4231_vectors_in_hex_with_prefix() {
+    fn rfc_vectors_for_each_digest_in_hex_with_prefix() {
         let s = spec(Digest::Sha256, Encoding::Hex, "sha256=");
         let h = headers(&[("x-signature", &format!("sha256={RFC_SHA256}"))]);
-        assert_eq!(verify(&s, &[RFC_KEY.to_vec()], &h, RFC_DATA), Ok(()));
+        assert_eq!(verify(&s, &[RFC_KEY], &h, RFC_DATA), Ok(()));
 
         let s = spec(Digest::Sha512, Encoding::Hex, "");
         let h = headers(&[("x-signature", RFC_SHA512)]);
+        assert_eq!(verify(&s, &[b"x", RFC_KEY], &h, RFC_DATA), Ok(()));
         assert_eq!(
-            verify(&s, &[b"x".to_vec(), RFC_KEY.to_vec()], &h, RFC_DATA),
-            Ok(())
+            verify(&s, &[b"x"], &h, RFC_DATA),
+            Err(VerifyError::Mismatch)
         );
+
+        let s = spec(Digest::Sha1, Encoding::Hex, "sha1=");
+        let h = headers(&[("x-signature", &format!("sha1={RFC_SHA1}"))]);
+        assert_eq!(verify(&s, &[RFC_KEY], &h, RFC_DATA), Ok(()));
         assert_eq!(
-            verify(&s, &[b"x".to_vec()], &h, RFC_DATA),
+            verify(&s, &[RFC_KEY], &h, b"other"),
             Err(VerifyError::Mismatch)
         );
     }
@@ -108,9 +336,9 @@ mod tests {
         let s = spec(Digest::Sha256, Encoding::Base64, "");
         let b64 = BASE64.encode(hex::decode(RFC_SHA256).unwrap());
         let h = headers(&[("x-signature", &b64)]);
-        assert_eq!(verify(&s, &[RFC_KEY.to_vec()], &h, RFC_DATA), Ok(()));
+        assert_eq!(verify(&s, &[RFC_KEY], &h, RFC_DATA), Ok(()));
         assert_eq!(
-            verify(&s, &[RFC_KEY.to_vec()], &h, b"other"),
+            verify(&s, &[RFC_KEY], &h, b"other"),
             Err(VerifyError::Mismatch)
         );
     }
@@ -118,29 +346,145 @@ mod tests {
     #[test]
     fn missing_prefix_or_bad_encoding_is_malformed() {
         let s = spec(Digest::Sha256, Encoding::Hex, "sha256=");
-        let k = [RFC_KEY.to_vec()];
-        assert!(matches!(
-            verify(&s, &k, &headers(&[]), RFC_DATA),
-            Err(VerifyError::MissingHeader(_))
-        ));
-        let h = headers(&[("x-signature", RFC_SHA256)]);
-        assert!(matches!(
-            verify(&s, &k, &h, RFC_DATA),
-            Err(VerifyError::MalformedHeader(_))
-        ));
+        let k: &[&[u8]] = &[RFC_KEY];
+        assert_eq!(
+            verify(&s, k, &headers(&[]), RFC_DATA),
+            Err(VerifyError::MissingHeader(SIGNATURE_LABEL))
+        );
         for bad in [
+            RFC_SHA256,
             "sha256=nothex",
             "sha256=abcd",
             &format!("sha256={RFC_SHA512}"),
         ] {
             let h = headers(&[("x-signature", bad)]);
-            assert!(
-                matches!(
-                    verify(&s, &k, &h, RFC_DATA),
-                    Err(VerifyError::MalformedHeader(_))
-                ),
+            assert_eq!(
+                verify(&s, k, &h, RFC_DATA),
+                Err(VerifyError::MalformedHeader(SIGNATURE_LABEL)),
                 "{bad}"
             );
         }
     }
+
+    #[test]
+    fn a_split_header_offers_every_prefixed_part_and_skips_the_rest() {
+        let s = preset(Provider::Pagerduty, TOL).unwrap();
+        let good = hmac_sha256_hex(b"new", RFC_DATA);
+        let old = hmac_sha256_hex(b"old", RFC_DATA);
+        let h = headers(&[("x-pagerduty-signature", &format!("v1={old}, v1={good}"))]);
+        assert_eq!(verify(&s, &[b"new"], &h, RFC_DATA), Ok(()));
+        assert_eq!(verify(&s, &[b"old"], &h, RFC_DATA), Ok(()));
+        let h = headers(&[("x-pagerduty-signature", &format!("v0=zz,v1=xyz,v1={good}"))]);
+        assert_eq!(verify(&s, &[b"new"], &h, RFC_DATA), Ok(()));
+        let h = headers(&[("x-pagerduty-signature", &format!("v2={good}"))]);
+        assert_eq!(
+            verify(&s, &[b"new"], &h, RFC_DATA),
+            Err(VerifyError::MalformedHeader(SIGNATURE_LABEL)),
+            "no part is a signature"
+        );
+        let many = vec![format!("v1={old}"); 9].join(",");
+        let h = headers(&[("x-pagerduty-signature", &many)]);
+        assert_eq!(
+            verify(&s, &[b"new"], &h, RFC_DATA),
+            Err(VerifyError::MalformedHeader(SIGNATURE_LABEL)),
+            "candidates are capped"
+        );
+    }
+
+    #[test]
+    fn paddle_signs_its_timestamp_field_and_the_body() {
+        let s = preset(Provider::Paddle, TOL).unwrap();
+        let body = br#"{"event_id":"evt_01","event_type":"transaction.completed","data":{}}"#;
+        let ts = "1700000000";
+        let h1 = hmac_sha256_hex(b"pdl_ntfset_secret", &[ts.as_bytes(), b":", body].concat());
+        let at = |secs: u64| UNIX_EPOCH + Duration::from_secs(secs);
+        let h = headers(&[("paddle-signature", &format!("ts={ts};h1={h1}"))]);
+        let key: &[&[u8]] = &[b"pdl_ntfset_secret"];
+        assert_eq!(verify_at(&s, key, &h, body, at(1_700_000_004)), Ok(()));
+        assert_eq!(
+            verify_at(&s, key, &h, b"{}", at(1_700_000_004)),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify_at(&s, key, &h, body, at(1_700_000_301)),
+            Err(VerifyError::StaleTimestamp)
+        );
+        let other_ts = headers(&[("paddle-signature", &format!("ts=1700000001;h1={h1}"))]);
+        assert_eq!(
+            verify_at(&s, key, &other_ts, body, at(1_700_000_004)),
+            Err(VerifyError::Mismatch),
+            "the timestamp is signed"
+        );
+        let no_ts = headers(&[("paddle-signature", &format!("h1={h1}"))]);
+        assert_eq!(
+            verify_at(&s, key, &no_ts, body, at(1_700_000_004)),
+            Err(VerifyError::MissingHeader(TIMESTAMP_LABEL))
+        );
+    }
+
+    #[test]
+    fn a_template_with_id_and_timestamp_headers_is_signed_as_written() {
+        let id = HeaderName::from_static("x-id");
+        let s = HmacSpec {
+            timestamp: Some(TimestampSpec {
+                source: TimestampSource::Header(HeaderName::from_static("x-ts")),
+                tolerance: TOL,
+            }),
+            signed: parse_template("{id}.{timestamp}.{body}", true, Some(&id)).unwrap(),
+            ..spec(Digest::Sha256, Encoding::Hex, "")
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .to_string();
+        let mac = hmac_sha256_hex(b"k", format!("msg_1.{now}.hello").as_bytes());
+        let h = headers(&[("x-signature", &mac), ("x-id", "msg_1"), ("x-ts", &now)]);
+        assert_eq!(verify(&s, &[b"k"], &h, b"hello"), Ok(()));
+        let h = headers(&[("x-signature", &mac), ("x-id", "msg_2"), ("x-ts", &now)]);
+        assert_eq!(
+            verify(&s, &[b"k"], &h, b"hello"),
+            Err(VerifyError::Mismatch)
+        );
+        let h = headers(&[("x-signature", &mac), ("x-ts", &now)]);
+        assert_eq!(
+            verify(&s, &[b"k"], &h, b"hello"),
+            Err(VerifyError::MissingHeader(ID_LABEL))
+        );
+    }
+
+    #[test]
+    fn templates_end_in_the_body_and_name_only_what_the_scheme_has() {
+        let id = HeaderName::from_static("x-id");
+        assert_eq!(parse_template("{body}", false, None), Ok(vec![]));
+        assert_eq!(
+            parse_template("v0:{timestamp}:{body}", true, None),
+            Ok(vec![
+                Piece::Text("v0:".into()),
+                Piece::Timestamp,
+                Piece::Text(":".into())
+            ])
+        );
+        assert_eq!(
+            parse_template("{id}{body}", false, Some(&id)),
+            Ok(vec![Piece::Header(id.clone())])
+        );
+        for (template, error) in [
+            ("{body}.{timestamp}", TemplateError::BodyNotLast),
+            ("{body}{body}", TemplateError::BodyNotLast),
+            ("", TemplateError::BodyNotLast),
+            ("{timestamp}{body}", TemplateError::NoTimestamp),
+            ("{id}{body}", TemplateError::NoIdHeader),
+            ("{url}{body}", TemplateError::UnknownPlaceholder),
+            ("{oops{body}", TemplateError::UnknownPlaceholder),
+        ] {
+            assert_eq!(
+                parse_template(template, false, None),
+                Err(error),
+                "{template}"
+            );
+        }
+    }
+
+    const TOL: Duration = Duration::from_secs(300);
 }

@@ -15,6 +15,7 @@ mod challenge;
 mod discord;
 mod generic_hmac;
 mod github;
+mod mailgun;
 mod sendgrid;
 mod shopify;
 mod signed_head;
@@ -32,12 +33,17 @@ use aws_lc_rs::signature::{
 };
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
+use sha1::Sha1;
 use sha2::{Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
 
 pub use challenge::{Answer as ChallengeAnswer, Challenge, ChallengeError};
 pub use discord::decode_public_key as decode_discord_public_key;
-pub use generic_hmac::{Encoding, HmacSpec};
+pub use generic_hmac::{
+    Encoding, HmacSpec, Piece, TemplateError, TimestampSource, TimestampSpec, parse_template,
+    preset,
+};
+pub use mailgun::token as mailgun_token;
 pub use sendgrid::decode_public_key as decode_sendgrid_public_key;
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
 pub use standard::decode_secret as decode_standard_secret;
@@ -69,6 +75,16 @@ pub enum Provider {
     Discord,
     /// SendGrid's signed event webhook (ECDSA P-256, timestamped; public keys).
     Sendgrid,
+    /// Paddle Billing (`Paddle-Signature: ts=…;h1=…`; an HMAC preset).
+    Paddle,
+    /// PagerDuty v3 webhooks (`X-PagerDuty-Signature: v1=…`; an HMAC preset).
+    Pagerduty,
+    /// Linear (`Linear-Signature`; an HMAC preset).
+    Linear,
+    /// Intercom (`X-Hub-Signature: sha1=…`; an HMAC preset).
+    Intercom,
+    /// Mailgun (the signature in the JSON body, over its timestamp and token).
+    Mailgun,
     /// Any other HMAC over the body, as the route configures it.
     Hmac,
 }
@@ -85,6 +101,11 @@ impl Provider {
             Provider::Zoom => "zoom",
             Provider::Discord => "discord",
             Provider::Sendgrid => "sendgrid",
+            Provider::Paddle => "paddle",
+            Provider::Pagerduty => "pagerduty",
+            Provider::Linear => "linear",
+            Provider::Intercom => "intercom",
+            Provider::Mailgun => "mailgun",
             Provider::Hmac => "hmac",
         }
     }
@@ -155,6 +176,11 @@ pub enum Scheme {
         /// The largest age (or lead) of the signed timestamp accepted.
         tolerance: Duration,
     },
+    /// HMAC-SHA256 of `timestamp` + `token`, all three in the JSON body.
+    Mailgun {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
     /// A configured HMAC.
     Hmac(HmacSpec),
 }
@@ -202,6 +228,9 @@ impl Verifier {
     /// otherwise feed the body to the returned [`Verification`] as it arrives.
     pub fn start(&self, headers: &HeaderMap) -> Result<Verification, VerifyError> {
         let head = match &self.scheme {
+            Scheme::Mailgun { tolerance } => {
+                return Ok(Verification::in_body(self.keys.clone(), *tolerance));
+            }
             Scheme::Github => github::read_head(headers)?,
             Scheme::Stripe { tolerance } => stripe::read_head(headers, *tolerance)?,
             Scheme::Shopify => shopify::read_head(headers)?,
@@ -286,6 +315,13 @@ enum Check {
         keys: Arc<[ParsedPublicKey]>,
         message: Vec<u8>,
     },
+    /// The signature and what it signs are in the body (Mailgun): it is kept as it
+    /// arrives and read once it is in; `max_body` bounds it.
+    InBody {
+        keys: Keys,
+        body: Vec<u8>,
+        tolerance: Duration,
+    },
 }
 
 impl Verification {
@@ -312,6 +348,18 @@ impl Verification {
         }
     }
 
+    fn in_body(keys: Keys, tolerance: Duration) -> Self {
+        Self {
+            check: Check::InBody {
+                keys,
+                body: Vec::new(),
+                tolerance,
+            },
+            signatures: Vec::new(),
+            timestamp: None,
+        }
+    }
+
     /// The next bytes of the body.
     pub fn update(&mut self, chunk: &[u8]) {
         match &mut self.check {
@@ -320,7 +368,9 @@ impl Verification {
                     mac.update(chunk);
                 }
             }
-            Check::Signature { message, .. } => message.extend_from_slice(chunk),
+            Check::Signature { message, .. } | Check::InBody { body: message, .. } => {
+                message.extend_from_slice(chunk)
+            }
         }
     }
 
@@ -329,6 +379,14 @@ impl Verification {
     /// the signed timestamp against `now`.
     pub fn finish(self, now: SystemTime) -> Result<Verified, VerifyError> {
         let (key, mac) = match self.check {
+            Check::InBody {
+                keys,
+                body,
+                tolerance,
+            } => {
+                let head = mailgun::read_body(&body, tolerance)?;
+                return Verification::new(&keys, head).finish(now);
+            }
             Check::Macs(macs) => matching_mac(macs, &self.signatures),
             Check::Signature { keys, message } => {
                 matching_signature(&keys, &message, self.signatures)
@@ -398,6 +456,7 @@ impl Verified {
 /// from the request head).
 #[derive(Clone)]
 struct PreparedKey {
+    sha1: Hmac<Sha1>,
     sha256: Hmac<Sha256>,
     sha512: Hmac<Sha512>,
 }
@@ -406,6 +465,7 @@ impl PreparedKey {
     #[expect(clippy::expect_used, reason = "HMAC takes keys of any length")]
     fn new(secret: &[u8]) -> Self {
         Self {
+            sha1: Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
             sha256: Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
             sha512: Hmac::new_from_slice(secret).expect("HMAC takes keys of any length"),
         }
@@ -413,6 +473,7 @@ impl PreparedKey {
 
     fn start(&self, digest: Digest) -> MacState {
         match digest {
+            Digest::Sha1 => MacState::Sha1(self.sha1.clone()),
             Digest::Sha256 => MacState::Sha256(self.sha256.clone()),
             Digest::Sha512 => MacState::Sha512(self.sha512.clone()),
         }
@@ -421,6 +482,7 @@ impl PreparedKey {
 
 /// One secret's MAC over the signed bytes, as they arrive.
 enum MacState {
+    Sha1(Hmac<Sha1>),
     Sha256(Hmac<Sha256>),
     Sha512(Hmac<Sha512>),
 }
@@ -428,6 +490,7 @@ enum MacState {
 impl MacState {
     fn update(&mut self, bytes: &[u8]) {
         match self {
+            MacState::Sha1(mac) => mac.update(bytes),
             MacState::Sha256(mac) => mac.update(bytes),
             MacState::Sha512(mac) => mac.update(bytes),
         }
@@ -435,6 +498,7 @@ impl MacState {
 
     fn finalize(self) -> Vec<u8> {
         match self {
+            MacState::Sha1(mac) => mac.finalize().into_bytes().to_vec(),
             MacState::Sha256(mac) => mac.finalize().into_bytes().to_vec(),
             MacState::Sha512(mac) => mac.finalize().into_bytes().to_vec(),
         }

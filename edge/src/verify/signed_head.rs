@@ -11,6 +11,8 @@ use http::HeaderMap;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Digest {
+    /// SHA-1 (Intercom; still sound as an HMAC).
+    Sha1,
     /// SHA-256.
     Sha256,
     /// SHA-512.
@@ -21,6 +23,7 @@ impl Digest {
     /// The length of this digest's MAC, in bytes.
     pub fn mac_len(self) -> usize {
         match self {
+            Digest::Sha1 => 20,
             Digest::Sha256 => 32,
             Digest::Sha512 => 64,
         }
@@ -37,6 +40,9 @@ pub enum VerifyError {
     /// The header cannot be parsed.
     #[error("malformed header {0}")]
     MalformedHeader(&'static str),
+    /// The body does not hold the signature where the scheme puts it.
+    #[error("malformed {0}")]
+    MalformedBody(&'static str),
     /// The signed timestamp is older than the tolerance.
     #[error("timestamp outside the tolerance (too old)")]
     StaleTimestamp,
@@ -54,6 +60,7 @@ impl VerifyError {
         match self {
             VerifyError::MissingHeader(_) => "missing_header",
             VerifyError::MalformedHeader(_) => "malformed_header",
+            VerifyError::MalformedBody(_) => "malformed_body",
             VerifyError::StaleTimestamp => "stale_timestamp",
             VerifyError::FutureTimestamp => "future_timestamp",
             VerifyError::Mismatch => "mismatch",

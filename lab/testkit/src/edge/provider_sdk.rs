@@ -1,5 +1,5 @@
 //! Webhooks signed by the providers' own libraries (PyPI `standardwebhooks`, `slack_sdk`,
-//! `stripe`, PyNaCl for Discord's Ed25519, `sendgrid`'s verifier for its ECDSA, pinned
+//! `stripe`, PyNaCl for Discord's Ed25519, `sendgrid`'s, `paddle-python-sdk`'s and `mailgun`'s verifiers, pinned
 //! in `lab/setup.sh`'s venv), so that the edge's schemes are tested
 //! against the providers' code, not only against our reading of their docs.
 
@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 /// `standard`, `slack`, `stripe`, `discord` (PyNaCl; `secret` is the Ed25519 seed in
 /// hex, and `discord-key` gives its public key as the header `public-key`) or `sendgrid`
 /// (`secret` is the P-256 private scalar in hex; `sendgrid-key` gives the verification
-/// key).
+/// key), `paddle`, or `mailgun` (its signature goes in the body: the one header printed,
+/// `signed-body`, is the body to send; `id` is the delivery's token).
 pub fn signed_headers(
     provider: &str,
     secret: &str,
