@@ -5,7 +5,7 @@
 # once the replay path (one body under fresh ids). Rounds alternate which server
 # goes first; medians and the edge/nginx ratios are printed (requests per second, p99,
 # CPU time and system calls per request), plus the edge's peak RSS.
-#   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 BATCH_DELAY=0s lab/bench/edge-vs-nginx.sh
+#   ROUNDS=5 DURATION=10s CONNS=64 THREADS=2 BATCH_DELAY=1ms lab/bench/edge-vs-nginx.sh
 # With ANCHOR_EDGE=/path/to/edge the anchor is that other edge build on the same config
 # instead of nginx (e.g. to price a change against the commit before it).
 # With PIN=1 the comparison is per core: each server runs alone on CPU 0 (the edge with
@@ -33,7 +33,7 @@ bench_prepare bench
 
 bench_identity "$work"
 
-bench_edge_yaml ", max_batch_delay: ${BATCH_DELAY:-0s}"
+bench_edge_yaml ", max_batch_delay: ${BATCH_DELAY:-1ms}"
 
 bench_nginx_conf "$nginx_workers"
 

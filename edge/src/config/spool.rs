@@ -43,9 +43,9 @@ pub(super) struct RawSpool {
     max_bytes: ByteSize,
     /// Size of one segment file (a record never spans two). Default 64MiB.
     segment_bytes: ByteSize,
-    /// Longest an append waits for others to share its fsync. Default 0s: a batch is what
-    /// arrived while the previous fdatasync ran (lingering on top keeps the core idle
-    /// through every fdatasync; see lab/bench/README.md).
+    /// Longest an append waits for others to share its fsync, and never more than half
+    /// the last fdatasync took (`spool::group_commit`). Default 1ms; 0s: a batch is what
+    /// arrived while the previous fdatasync ran.
     #[serde(with = "humantime_serde")]
     max_batch_delay: Duration,
     /// Fraction of `max_bytes` above which `/readyz` fails (the PoP withdraws).
@@ -76,7 +76,7 @@ impl Default for RawSpool {
             dir: None,
             max_bytes: ByteSize::gib(8),
             segment_bytes: ByteSize::mib(64),
-            max_batch_delay: Duration::ZERO,
+            max_batch_delay: Duration::from_millis(1),
             high_water: 0.9,
             preallocate: false,
             stall_timeout: Duration::from_secs(5),

@@ -2,8 +2,12 @@
 //! decision out), so that it is tested with a scripted clock.
 //!
 //! With `max_batch_delay` set and concurrent senders (the last batch had company), a
-//! batch waits up to that long to grow as large as the last one. A lone sender is never
-//! delayed. With 0, batches form on their own while the previous fdatasync runs.
+//! batch waits to grow as large as the last one, up to that long and never longer than
+//! half the last fdatasync took: on a slow disk every sender joins one batch and the
+//! disk syncs once for all of them; where the disk is fast and the CPU the limit,
+//! waiting for everyone would leave the core idle through each fdatasync, so a batch
+//! takes what arrived while the previous one was syncing plus a short wait. A lone sender
+//! is never delayed. With 0, batches form on their own while the previous fdatasync runs.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +17,8 @@ pub(super) struct GroupCommit {
     max_batch_delay: Duration,
     /// Appends in the last committed batch: how much company a sender has.
     last_batch_len: usize,
+    /// How long the last fdatasync took.
+    last_sync: Duration,
 }
 
 /// What the writer does with the commands queued so far.
@@ -29,15 +35,17 @@ impl GroupCommit {
         Self {
             max_batch_delay,
             last_batch_len: 0,
+            last_sync: Duration::ZERO,
         }
     }
 
     /// `queued` commands are taken; the first of them arrived at `started`.
     pub(super) fn next(&self, queued: usize, started: Instant, now: Instant) -> Next {
-        if self.max_batch_delay.is_zero() || self.last_batch_len <= 1 {
+        let linger = self.max_batch_delay.min(self.last_sync / 2);
+        if linger.is_zero() || self.last_batch_len <= 1 {
             return Next::Commit;
         }
-        let until = started + self.max_batch_delay;
+        let until = started + linger;
         if queued >= self.last_batch_len.min(MAX_BATCH_RECORDS) || now >= until {
             return Next::Commit;
         }
@@ -51,6 +59,11 @@ impl GroupCommit {
     pub(super) fn committed(&mut self, appends: usize) {
         self.last_batch_len = appends;
     }
+
+    /// An fdatasync took `took`.
+    pub(super) fn synced(&mut self, took: Duration) {
+        self.last_sync = took;
+    }
 }
 
 /// The most commands one batch takes.
@@ -62,9 +75,11 @@ mod tests {
 
     const DELAY: Duration = Duration::from_millis(2);
 
+    /// After a batch of `batch` whose fdatasync took 10 ms (a slow disk).
     fn after(batch: usize, delay: Duration) -> GroupCommit {
         let mut policy = GroupCommit::new(delay);
         policy.committed(batch);
+        policy.synced(Duration::from_millis(10));
         policy
     }
 
@@ -99,6 +114,34 @@ mod tests {
         for queued in [64, 65, 4096] {
             assert_eq!(policy.next(queued, t0, t0), Next::Commit);
         }
+    }
+
+    #[test]
+    fn a_batch_waits_at_most_half_the_last_fdatasync() {
+        let t0 = Instant::now();
+        let mut policy = after(64, DELAY);
+        for (sync, linger) in [
+            (Duration::from_micros(200), Duration::from_micros(100)),
+            (Duration::from_millis(3), Duration::from_micros(1500)),
+            (Duration::from_millis(30), DELAY),
+        ] {
+            policy.synced(sync);
+            assert_eq!(
+                policy.next(1, t0, t0),
+                Next::Wait {
+                    until: t0 + linger,
+                    room: MAX_BATCH_RECORDS - 1
+                },
+                "after an fdatasync of {sync:?}"
+            );
+            assert_eq!(policy.next(1, t0, t0 + linger), Next::Commit);
+        }
+        policy.synced(Duration::ZERO);
+        assert_eq!(
+            policy.next(1, t0, t0),
+            Next::Commit,
+            "no fdatasync timed yet"
+        );
     }
 
     #[test]

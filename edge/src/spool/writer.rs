@@ -455,9 +455,9 @@ impl Writer {
         let written = self.write_and_sync(buf, offset);
         self.shared.io_done();
         written?;
-        self.metrics
-            .fsync_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        self.group.synced(took);
+        self.metrics.fsync_seconds.observe(took.as_secs_f64());
         let written = buf.len() as u64;
         #[expect(
             clippy::expect_used,
