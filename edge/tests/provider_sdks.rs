@@ -5,6 +5,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use testkit::edge::nats::Nats;
 use testkit::edge::provider_sdk::{public_key, signed_headers};
 use testkit::edge::*;
 
@@ -253,4 +254,152 @@ async fn mailgun_signatures_in_the_body_are_checked_and_a_token_is_stored_once()
     let records = edge::spool::dump(&edge.spool_dir()).unwrap();
     assert_eq!(records.len(), 1, "the reused token stored nothing");
     assert_eq!(records[0].body, body.as_bytes());
+}
+
+/// The issue's end to end: a Discord-style Ed25519 delivery, a SendGrid-style ECDSA
+/// delivery and a Mailgun-style body-signed delivery, signed by the providers' code,
+/// go through the spool to a real nats-server's JetStream, each once, with the bytes
+/// and the signature the provider sent, so the origin can verify them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_key_and_body_signed_deliveries_reach_the_origin_as_sent() {
+    let discord_seed = "0303030303030303030303030303030303030303030303030303030303030303";
+    let sendgrid_scalar = "2b7e151628aed2a6abf7158809cf4f3c762e7160f38b4da56a784d9045190cfe";
+    let routes = format!(
+        "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"{}\"]\n  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"{}\"]\n  - path: /hooks/mailgun\n    provider: mailgun\n    secrets: [\"key-origin\"]\n",
+        public_key("discord", discord_seed),
+        public_key("sendgrid", sendgrid_scalar),
+    );
+    let nats = Nats::start();
+    let edge = Edge::start("", &routes).with_section(&format!(
+        "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: WEBHOOKS, create: true }}\n",
+        nats.url()
+    ));
+    let c = client(&edge, false);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let discord =
+        r#"{"version":1,"application_id":"9","type":1,"event":{"type":"ENTITLEMENT_CREATE"}}"#;
+    let sendgrid = r#"[{"email":"a@example.com","event":"open","sg_event_id":"origin-1"}]"#;
+    let mailgun = signed_headers(
+        "mailgun",
+        "key-origin",
+        r#"{"event":"opened","id":"origin-2"}"#,
+        now,
+        "tok-origin",
+    )
+    .into_iter()
+    .find(|(name, _)| name == "signed-body")
+    .map(|(_, body)| body)
+    .unwrap();
+    let sent = [
+        (
+            "discord",
+            discord_seed,
+            "/hooks/discord",
+            discord.to_owned(),
+            204,
+            "x-signature-ed25519",
+        ),
+        (
+            "sendgrid",
+            sendgrid_scalar,
+            "/hooks/sendgrid",
+            sendgrid.to_owned(),
+            202,
+            "x-twilio-email-event-webhook-signature",
+        ),
+    ];
+    for (provider, secret, path, body, ack, _) in &sent {
+        let url = edge.url(path);
+        assert_eq!(
+            post_signed(&c, &url, provider, secret, body, body, now).await,
+            *ack,
+            "{provider}"
+        );
+    }
+    let response = c.post(edge.url("/hooks/mailgun")).body(mailgun.clone());
+    assert_eq!(response.send().await.unwrap().status(), 200);
+
+    let js = nats.jetstream().await;
+    let started = std::time::Instant::now();
+    let mut messages = Vec::new();
+    while messages.len() < 3 && started.elapsed() < std::time::Duration::from_secs(10) {
+        messages.clear();
+        if let Ok(mut stream) = js.get_stream("WEBHOOKS").await {
+            let last = stream.info().await.unwrap().state.last_sequence;
+            for seq in 1..=last {
+                if let Ok(message) = stream.get_raw_message(seq).await {
+                    messages.push(message);
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(messages.len(), 3, "each delivery once at the origin");
+    for (provider, _, _, body, _, signature_header) in &sent {
+        let message = messages
+            .iter()
+            .find(|m| m.payload.as_ref() == body.as_bytes())
+            .unwrap_or_else(|| panic!("{provider}'s body at the origin"));
+        assert!(
+            message.headers.get(*signature_header).is_some(),
+            "{provider}: {signature_header} forwarded, {:?}",
+            message.headers
+        );
+    }
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.payload.as_ref() == mailgun.as_bytes()),
+        "Mailgun's body, its signature inside, at the origin"
+    );
+}
+
+/// Standard Webhooks' asymmetric version: a route holding a `whpk_` public key checks
+/// `v1a` Ed25519 signatures (made with PyNaCl as the specification describes them) over
+/// `id.timestamp.body`: what they sign is stored; a flipped byte, a stale timestamp,
+/// another key, or a `v1` HMAC alone gets a 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn standard_webhooks_v1a_signatures_verify_with_public_keys() {
+    let seed = "0404040404040404040404040404040404040404040404040404040404040404";
+    let other = "0505050505050505050505050505050505050505050505050505050505050505";
+    let routes = format!(
+        "  - path: /hooks/std-v1a\n    provider: standard\n    secrets: [\"{}\"]\n",
+        public_key("standard-v1a", seed)
+    );
+    let edge = Edge::start("", &routes);
+    let c = client(&edge, false);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let url = edge.url("/hooks/std-v1a");
+    let send = |secret: &str, body: &str, signed: &str, at: u64, id: &str| {
+        let mut request = c.post(&url).body(body.to_owned());
+        for (name, value) in signed_headers("standard-v1a", secret, signed, at, id) {
+            request = request.header(name, value);
+        }
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let body = r#"{"type":"invoice.paid","data":{"id":"in_1"}}"#;
+    assert_eq!(send(seed, body, body, now, "msg_v1a_1").await, 202);
+    let flipped = body.replacen("paid", "pain", 1);
+    assert_eq!(send(seed, &flipped, body, now, "msg_v1a_2").await, 401);
+    assert_eq!(send(seed, body, body, now - 301, "msg_v1a_3").await, 401);
+    assert_eq!(send(other, body, body, now, "msg_v1a_4").await, 401);
+    let hmac_only = signed_headers(
+        "standard",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        body,
+        now,
+        "msg_v1a_5",
+    );
+    let mut request = c.post(&url).body(body.to_owned());
+    for (name, value) in hmac_only {
+        request = request.header(name, value);
+    }
+    assert_eq!(request.send().await.unwrap().status(), 401);
+    assert_only_stored(&edge, body, "webhook-signature");
 }

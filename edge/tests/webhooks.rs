@@ -685,13 +685,14 @@ fn check_config_names_the_file_and_field() {
             1,
             2,
             "",
-            "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"a-shared-secret\"]\n    challenge: slack\n  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\"]\n",
+            "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"a-shared-secret\"]\n    challenge: slack\n  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\"]\n  - path: /hooks/std\n    provider: standard\n    secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whpk_/RckOFqgx1tk+3jNYC+h2ZH96/drE8WO1wLqyDXp9hg=\"]\n",
         ),
     );
     for expected in [
         "routes[1].secrets[0]: must be the application's public key: 64 hex digits",
         "routes[1].challenge: unknown variant `slack`",
         "routes[2].secrets[0]: must be SendGrid's verification key: base64 of a P-256 public key",
+        "routes[3].secrets: mixes whsec_ secrets with whpk_ public keys (a route checks one kind)",
     ] {
         assert!(
             refusal.contains(&format!("{}: {expected}", path.display())),

@@ -131,6 +131,31 @@ def mailgun(request):
     return {"signed-body": body}
 
 
+def standard_v1a(request):
+    """The Standard Webhooks specification's asymmetric version, which the
+    `standardwebhooks` library does not implement: Ed25519 (PyNaCl) over
+    `id.timestamp.body`, sent as `v1a,<base64>`; `secret` is the key's seed in hex,
+    `standard-v1a-key` prints its `whpk_` public key."""
+    from nacl.signing import SigningKey
+
+    key = SigningKey(bytes.fromhex(request["secret"]))
+    timestamp = str(request["timestamp"])
+    signed = f"{request['id']}.{timestamp}.{request['body']}".encode()
+    signature = base64.b64encode(key.sign(signed).signature).decode()
+    return {
+        "webhook-id": request["id"],
+        "webhook-timestamp": timestamp,
+        "webhook-signature": f"v1a,{signature}",
+    }
+
+
+def standard_v1a_key(request):
+    from nacl.signing import SigningKey
+
+    public = SigningKey(bytes.fromhex(request["secret"])).verify_key.encode()
+    return {"public-key": "whpk_" + base64.b64encode(public).decode()}
+
+
 SIGNERS = {
     "standard": standard,
     "slack": slack,
@@ -141,6 +166,8 @@ SIGNERS = {
     "sendgrid-key": sendgrid_key,
     "paddle": paddle,
     "mailgun": mailgun,
+    "standard-v1a": standard_v1a,
+    "standard-v1a-key": standard_v1a_key,
 }
 
 if __name__ == "__main__":

@@ -36,6 +36,11 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     }
     assert!(at <= scan.end && scan.end <= data.len().max(format.header_len()));
     if scan.tail.is_none() {
-        assert!(data.get(scan.end..).unwrap_or_default().iter().all(|&b| b == 0));
+        assert!(
+            data.get(scan.end..)
+                .unwrap_or_default()
+                .iter()
+                .all(|&b| b == 0)
+        );
     }
 });

@@ -194,7 +194,7 @@ impl RawRoute {
                 Ok(secrets) => secret_keys(self.provider, &secrets, "secrets_file", at, errors),
                 Err(e) => {
                     errors.add(at("secrets_file"), e);
-                    Vec::new()
+                    RouteKeys::default()
                 }
             },
             (Some(_), false) => {
@@ -202,7 +202,7 @@ impl RawRoute {
                     at("secrets_file"),
                     "set either secrets or secrets_file, not both",
                 );
-                Vec::new()
+                RouteKeys::default()
             }
         };
         let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY).as_u64();
@@ -241,7 +241,8 @@ impl RawRoute {
         if dedupe_window == 0 {
             errors.add(at("dedupe_window"), "must be positive");
         }
-        let (scheme, id_header) = scheme(self.provider, self.hmac, tolerance, at, errors)?;
+        let (scheme, id_header) =
+            scheme(self.provider, self.hmac, tolerance, keys.public, at, errors)?;
         let rate_limit = self.rate_limit.map(|rate| {
             if !(rate.per_second > 0.0 && rate.burst >= 1.0) {
                 errors.add(at("rate_limit"), "needs per_second > 0 and burst >= 1");
@@ -255,7 +256,7 @@ impl RawRoute {
             name,
             path: self.path,
             provider: self.provider,
-            verifier: Verifier::new(scheme, keys),
+            verifier: Verifier::new(scheme, keys.keys),
             id_header,
             max_body,
             ack_status,
@@ -307,15 +308,15 @@ impl SecretFiles {
     }
 }
 
-/// The keys behind a route's secrets (Standard Webhooks secrets are `whsec_` + base64);
-/// `field` is where they came from, for errors.
+/// The keys behind a route's secrets (Standard Webhooks secrets are `whsec_` + base64,
+/// its public keys `whpk_` + base64); `field` is where they came from, for errors.
 fn secret_keys(
     provider: Provider,
     secrets: &[String],
     field: &str,
     at: &dyn Fn(&str) -> String,
     errors: &mut FieldErrors,
-) -> Vec<Vec<u8>> {
+) -> RouteKeys {
     if secrets.is_empty() {
         errors.add(at(field), "must not be empty");
     } else if secrets.len() > verify::MAX_SECRETS {
@@ -328,6 +329,7 @@ fn secret_keys(
         );
     }
     let mut keys = Vec::new();
+    let mut public_keys = 0;
     for (j, secret) in secrets.iter().enumerate() {
         let key = match provider {
             _ if secret.is_empty() => Err("must not be empty"),
@@ -335,9 +337,14 @@ fn secret_keys(
                 .ok_or("must be the application's public key: 64 hex digits"),
             Provider::Sendgrid => verify::decode_sendgrid_public_key(secret)
                 .ok_or("must be SendGrid's verification key: base64 of a P-256 public key"),
-            Provider::Standard => {
-                verify::decode_standard_secret(secret).ok_or("must be whsec_ followed by base64")
-            }
+            Provider::Standard => match verify::decode_standard_public_key(secret) {
+                Some(key) => {
+                    public_keys += 1;
+                    Ok(key)
+                }
+                None => verify::decode_standard_secret(secret)
+                    .ok_or("must be whsec_ (a secret) or whpk_ (a public key) followed by base64"),
+            },
             _ => Ok(secret.as_bytes().to_vec()),
         };
         match key {
@@ -345,15 +352,34 @@ fn secret_keys(
             Err(problem) => errors.add(at(&format!("{field}[{j}]")), problem),
         }
     }
-    keys
+    if public_keys > 0 && public_keys < secrets.len() {
+        errors.add(
+            at(field),
+            "mixes whsec_ secrets with whpk_ public keys (a route checks one kind)",
+        );
+    }
+    RouteKeys {
+        keys,
+        public: public_keys > 0,
+    }
 }
 
-/// The signature scheme, and the event-id header of a generic HMAC route. `None` when
-/// the `hmac` block is missing, misplaced or wrong (an error was added).
+/// A route's decoded keys, and whether they are Standard Webhooks public keys (`whpk_`,
+/// checked as `v1a` Ed25519 signatures) rather than secrets.
+#[derive(Default)]
+struct RouteKeys {
+    keys: Vec<Vec<u8>>,
+    public: bool,
+}
+
+/// The signature scheme, and the event-id header of a generic HMAC route; `public_keys`:
+/// the route holds public keys where its provider allows either. `None` when the `hmac`
+/// block is missing, misplaced or wrong (an error was added).
 fn scheme(
     provider: Provider,
     hmac: Option<RawHmac>,
     tolerance: Duration,
+    public_keys: bool,
     at: &dyn Fn(&str) -> String,
     errors: &mut FieldErrors,
 ) -> Option<(Scheme, Option<HeaderName>)> {
@@ -418,6 +444,7 @@ fn scheme(
         (Provider::Shopify, None) => Scheme::Shopify,
         (Provider::Stripe, None) => Scheme::Stripe { tolerance },
         (Provider::Slack, None) => Scheme::Slack { tolerance },
+        (Provider::Standard, None) if public_keys => Scheme::StandardEd25519 { tolerance },
         (Provider::Standard, None) => Scheme::Standard { tolerance },
         (Provider::Zoom, None) => Scheme::Zoom { tolerance },
         (Provider::Discord, None) => Scheme::Discord { tolerance },

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use aws_lc_rs::signature::{ED25519, ParsedPublicKey};
 use http::HeaderMap;
 
 use super::signed_head::{Signatures, SignedHead, VerifyError, timestamp_and_body};
@@ -27,7 +28,7 @@ pub(super) fn read_head(
 pub fn decode_public_key(hex_key: &str) -> Option<Vec<u8>> {
     hex::decode(hex_key.trim())
         .ok()
-        .filter(|key| key.len() == PUBLIC_KEY_LEN)
+        .filter(|key| key.len() == PUBLIC_KEY_LEN && ParsedPublicKey::new(&ED25519, key).is_ok())
 }
 
 /// Whether `body` is Discord's `PING` (`{"type":0,…}`): answered 204, not stored (call

@@ -46,7 +46,9 @@ pub use generic_hmac::{
 pub use mailgun::token as mailgun_token;
 pub use sendgrid::decode_public_key as decode_sendgrid_public_key;
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
-pub use standard::decode_secret as decode_standard_secret;
+pub use standard::{
+    decode_public_key as decode_standard_public_key, decode_secret as decode_standard_secret,
+};
 
 use signed_head::{SignedHead, SignedTimestamp, check_timestamp};
 
@@ -156,6 +158,11 @@ pub enum Scheme {
         /// The largest age (or lead) of the signed timestamp accepted.
         tolerance: Duration,
     },
+    /// Ed25519 of `id.timestamp.body`, base64 (`v1a`), with `whpk_` public keys.
+    StandardEd25519 {
+        /// The largest age (or lead) of the signed timestamp accepted.
+        tolerance: Duration,
+    },
     /// HMAC-SHA256 of `id.timestamp.body`, base64.
     Standard {
         /// The largest age (or lead) of the signed timestamp accepted.
@@ -189,7 +196,7 @@ impl Scheme {
     /// The signature algorithm of a scheme whose keys are public keys; `None` for HMAC.
     fn public_key_algorithm(&self) -> Option<&'static dyn VerificationAlgorithm> {
         match self {
-            Scheme::Discord { .. } => Some(&ED25519),
+            Scheme::Discord { .. } | Scheme::StandardEd25519 { .. } => Some(&ED25519),
             Scheme::Sendgrid { .. } => Some(&ECDSA_P256_SHA256_ASN1),
             _ => None,
         }
@@ -235,7 +242,12 @@ impl Verifier {
             Scheme::Stripe { tolerance } => stripe::read_head(headers, *tolerance)?,
             Scheme::Shopify => shopify::read_head(headers)?,
             Scheme::Slack { tolerance } => slack::read_head(headers, *tolerance)?,
-            Scheme::Standard { tolerance } => standard::read_head(headers, *tolerance)?,
+            Scheme::Standard { tolerance } => {
+                standard::read_head(headers, *tolerance, standard::Version::V1)?
+            }
+            Scheme::StandardEd25519 { tolerance } => {
+                standard::read_head(headers, *tolerance, standard::Version::V1a)?
+            }
             Scheme::Zoom { tolerance } => zoom::read_head(headers, *tolerance)?,
             Scheme::Discord { tolerance } => discord::read_head(headers, *tolerance)?,
             Scheme::Sendgrid { tolerance } => sendgrid::read_head(headers, *tolerance)?,

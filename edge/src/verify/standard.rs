@@ -1,9 +1,12 @@
 //! Standard Webhooks (and Svix): `webhook-id`, `webhook-timestamp` and
 //! `webhook-signature: v1,<base64> [v1,<base64> …]`, HMAC-SHA256 of `"{id}.{ts}.{body}"`
-//! keyed with the base64 part of a `whsec_…` secret.
+//! keyed with the base64 part of a `whsec_…` secret; or, the specification's asymmetric
+//! version, `v1a,<base64>` Ed25519 signatures of the same bytes, checked with `whpk_…`
+//! public keys.
 
 use std::time::Duration;
 
+use aws_lc_rs::signature::{ED25519, ParsedPublicKey};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use http::HeaderMap;
@@ -15,6 +18,7 @@ use super::signed_head::{
 pub(super) const ID_HEADER: &str = "webhook-id";
 pub(super) const TIMESTAMP_HEADER: &str = "webhook-timestamp";
 pub(super) const SIGNATURE_HEADER: &str = "webhook-signature";
+const ED25519_PUBLIC_KEY_LEN: usize = 32;
 
 /// The key bytes of a `whsec_<base64>` secret; `None` when it is not of that form.
 pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
@@ -22,20 +26,39 @@ pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
     BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
 }
 
+/// The Ed25519 key of a `whpk_<base64>` public key; `None` when it is not of that form.
+pub fn decode_public_key(key: &str) -> Option<Vec<u8>> {
+    let encoded = key.strip_prefix("whpk_")?;
+    BASE64.decode(encoded).ok().filter(|key| {
+        key.len() == ED25519_PUBLIC_KEY_LEN && ParsedPublicKey::new(&ED25519, key).is_ok()
+    })
+}
+
+/// Which signatures a route checks: `v1` HMACs, or `v1a` Ed25519 signatures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Version {
+    V1,
+    V1a,
+}
+
 pub(super) fn read_head(
     headers: &HeaderMap,
     tolerance: Duration,
+    checked: Version,
 ) -> Result<SignedHead, VerifyError> {
     let id = required_header(headers, ID_HEADER)?;
     let timestamp = required_header(headers, TIMESTAMP_HEADER)?;
     let value = required_header(headers, SIGNATURE_HEADER)?;
-    let mut signatures = Signatures::new(Digest::Sha256, SIGNATURE_HEADER);
+    let (mut signatures, wanted) = match checked {
+        Version::V1 => (Signatures::new(Digest::Sha256, SIGNATURE_HEADER), "v1"),
+        Version::V1a => (Signatures::ed25519(SIGNATURE_HEADER), "v1a"),
+    };
     for entry in value.split_whitespace() {
         let (version, sig) = entry
             .split_once(',')
             .ok_or(VerifyError::MalformedHeader(SIGNATURE_HEADER))?;
-        // Other versions (v1a: asymmetric) are not ours to check; skip them.
-        if version == "v1" {
+        // The other version is for routes with the other kind of key; skip it.
+        if version == wanted {
             signatures.push(BASE64.decode(sig).ok())?;
         }
     }
@@ -204,6 +227,43 @@ mod tests {
                 "{header}"
             );
         }
+    }
+
+    #[test]
+    fn v1a_ed25519_signatures_verify_with_whpk_public_keys() {
+        use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair};
+
+        let pair = Ed25519KeyPair::from_seed_unchecked(&[5; 32]).unwrap();
+        let whpk = format!("whpk_{}", BASE64.encode(pair.public_key().as_ref()));
+        let public = decode_public_key(&whpk).unwrap();
+        let verifier = Verifier::new(Scheme::StandardEd25519 { tolerance: TOL }, vec![public]);
+        let signed = [
+            SPEC_ID.as_bytes(),
+            b".",
+            SPEC_TS.as_bytes(),
+            b".",
+            SPEC_BODY,
+        ]
+        .concat();
+        let v1a = format!("v1a,{}", BASE64.encode(pair.sign(&signed).as_ref()));
+        let now = at(1_614_265_330);
+        let check = |signature: &str, body: &[u8]| {
+            verifier
+                .verify(&spec_headers(signature, SPEC_TS), body, now)
+                .map(|_| ())
+        };
+        assert_eq!(check(&format!("{SPEC_SIG} {v1a}"), SPEC_BODY), Ok(()));
+        assert_eq!(
+            check(&v1a, br#"{"test": 2432232315}"#),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            check(SPEC_SIG, SPEC_BODY),
+            Err(VerifyError::MalformedHeader(SIGNATURE_HEADER)),
+            "a v1 HMAC is no signature for a public-key route"
+        );
+        assert_eq!(decode_public_key(&whpk[..whpk.len() - 4]), None);
+        assert_eq!(decode_public_key(SPEC_SECRET), None);
     }
 
     #[test]
