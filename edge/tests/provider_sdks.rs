@@ -27,10 +27,7 @@ const ROUTES: &str = r#"  - path: /hooks/std
 async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
     let edge = Edge::start("", ROUTES);
     let c = client(&edge, false);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = unix_now();
     let cases = [
         (
             "standard",
@@ -110,17 +107,14 @@ async fn what_the_providers_libraries_sign_is_accepted_and_nothing_else() {
 async fn discord_events_signed_with_pynacl_are_stored_and_its_ping_answered() {
     let seed = "0101010101010101010101010101010101010101010101010101010101010101";
     let other_seed = "0202020202020202020202020202020202020202020202020202020202020202";
-    let routes = format!(
-        "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"{}\", \"{}\"]\n",
-        "ab".repeat(32),
-        public_key("discord", seed)
+    let routes = route(
+        "/hooks/discord",
+        "discord",
+        &["ab".repeat(32), public_key("discord", seed)],
     );
     let edge = Edge::start("", &routes);
     let c = client(&edge, false);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = unix_now();
     let url = edge.url("/hooks/discord");
     let send =
         |seed, body, signed_body, at| post_signed(&c, &url, "discord", seed, body, signed_body, at);
@@ -147,17 +141,17 @@ async fn discord_events_signed_with_pynacl_are_stored_and_its_ping_answered() {
 async fn sendgrid_events_signed_with_ecdsa_are_stored_and_nothing_else() {
     let scalar = "5ee7f1e1d5c0a3b2c4d6e8f00112233445566778899aabbccddeeff001122334";
     let other = "1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d";
-    let routes = format!(
-        "  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"{}\", \"{}\"]\n",
-        public_key("sendgrid", other),
-        public_key("sendgrid", scalar)
+    let routes = route(
+        "/hooks/sendgrid",
+        "sendgrid",
+        &[
+            public_key("sendgrid", other),
+            public_key("sendgrid", scalar),
+        ],
     );
     let edge = Edge::start("", &routes);
     let c = client(&edge, false);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = unix_now();
     let url = edge.url("/hooks/sendgrid");
     let send = |scalar, body, signed_body, at| {
         post_signed(&c, &url, "sendgrid", scalar, body, signed_body, at)
@@ -214,14 +208,10 @@ fn assert_only_stored(edge: &Edge, body: &str, signature_header: &str) {
 /// answered and not stored.
 #[tokio::test(flavor = "multi_thread")]
 async fn mailgun_signatures_in_the_body_are_checked_and_a_token_is_stored_once() {
-    let routes =
-        "  - path: /hooks/mailgun\n    provider: mailgun\n    secrets: [\"key-mailgun-sdk\"]\n";
-    let edge = Edge::start("", routes);
+    let routes = route("/hooks/mailgun", "mailgun", &["key-mailgun-sdk".to_owned()]);
+    let edge = Edge::start("", &routes);
     let c = client(&edge, false);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = unix_now();
     let signed_body = |key: &str, event: &str, at: u64, token: &str| {
         signed_headers("mailgun", key, event, at, token)
             .into_iter()
@@ -264,21 +254,27 @@ async fn mailgun_signatures_in_the_body_are_checked_and_a_token_is_stored_once()
 async fn public_key_and_body_signed_deliveries_reach_the_origin_as_sent() {
     let discord_seed = "0303030303030303030303030303030303030303030303030303030303030303";
     let sendgrid_scalar = "2b7e151628aed2a6abf7158809cf4f3c762e7160f38b4da56a784d9045190cfe";
-    let routes = format!(
-        "  - path: /hooks/discord\n    provider: discord\n    secrets: [\"{}\"]\n  - path: /hooks/sendgrid\n    provider: sendgrid\n    secrets: [\"{}\"]\n  - path: /hooks/mailgun\n    provider: mailgun\n    secrets: [\"key-origin\"]\n",
-        public_key("discord", discord_seed),
-        public_key("sendgrid", sendgrid_scalar),
-    );
+    let routes = [
+        route(
+            "/hooks/discord",
+            "discord",
+            &[public_key("discord", discord_seed)],
+        ),
+        route(
+            "/hooks/sendgrid",
+            "sendgrid",
+            &[public_key("sendgrid", sendgrid_scalar)],
+        ),
+        route("/hooks/mailgun", "mailgun", &["key-origin".to_owned()]),
+    ]
+    .concat();
     let nats = Nats::start();
     let edge = Edge::start("", &routes).with_section(&format!(
         "backhaul:\n  sink: nats\n  nats: {{ servers: [\"{}\"], stream: WEBHOOKS, create: true }}\n",
         nats.url()
     ));
     let c = client(&edge, false);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = unix_now();
     let discord =
         r#"{"version":1,"application_id":"9","type":1,"event":{"type":"ENTITLEMENT_CREATE"}}"#;
     let sendgrid = r#"[{"email":"a@example.com","event":"open","sg_event_id":"origin-1"}]"#;
@@ -365,16 +361,14 @@ async fn public_key_and_body_signed_deliveries_reach_the_origin_as_sent() {
 async fn standard_webhooks_v1a_signatures_verify_with_public_keys() {
     let seed = "0404040404040404040404040404040404040404040404040404040404040404";
     let other = "0505050505050505050505050505050505050505050505050505050505050505";
-    let routes = format!(
-        "  - path: /hooks/std-v1a\n    provider: standard\n    secrets: [\"{}\"]\n",
-        public_key("standard-v1a", seed)
+    let routes = route(
+        "/hooks/std-v1a",
+        "standard",
+        &[public_key("standard-v1a", seed)],
     );
     let edge = Edge::start("", &routes);
     let c = client(&edge, false);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = unix_now();
     let url = edge.url("/hooks/std-v1a");
     let send = |secret: &str, body: &str, signed: &str, at: u64, id: &str| {
         let mut request = c.post(&url).body(body.to_owned());
@@ -402,4 +396,20 @@ async fn standard_webhooks_v1a_signatures_verify_with_public_keys() {
     }
     assert_eq!(request.send().await.unwrap().status(), 401);
     assert_only_stored(&edge, body, "webhook-signature");
+}
+
+/// A route's YAML for `provider` at `path` holding `keys`.
+fn route(path: &str, provider: &str, keys: &[String]) -> String {
+    let keys: Vec<String> = keys.iter().map(|key| format!("\"{key}\"")).collect();
+    format!(
+        "  - path: {path}\n    provider: {provider}\n    secrets: [{}]\n",
+        keys.join(", ")
+    )
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
