@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use edge::verify::{
-    Digest, Encoding, HmacSpec, Scheme, TimestampSource, TimestampSpec, parse_template,
+    Digest, Encoding, HmacSpec, Labels, Scheme, TimestampSource, TimestampSpec, parse_template,
 };
 use http::HeaderName;
 
@@ -57,6 +57,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         separator,
         timestamp,
         signed,
+        labels: Labels::CONFIGURED,
     };
     edge_fuzz::verify(Scheme::Hmac(spec), rest)
 });

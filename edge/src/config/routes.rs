@@ -13,8 +13,8 @@ use serde::Deserialize;
 use crate::admission::limiter::Priority;
 use crate::admission::rate_limit::Rate;
 use crate::verify::{
-    self, Challenge, Digest, Encoding, HmacSpec, Provider, Scheme, TimestampSource, TimestampSpec,
-    Verifier,
+    self, Challenge, Digest, Encoding, HmacSpec, Labels, Provider, Scheme, TimestampSource,
+    TimestampSpec, Verifier,
 };
 
 /// One webhook endpoint.
@@ -419,6 +419,7 @@ fn scheme(
                 .map_err(|error| errors.add(at("hmac.signed"), error.to_string()))
                 .ok();
             let spec = HmacSpec {
+                labels: Labels::CONFIGURED,
                 header: header?,
                 digest: hmac.algorithm.unwrap_or(Digest::Sha256),
                 encoding: hmac.encoding.unwrap_or(Encoding::Hex),
@@ -440,8 +441,6 @@ fn scheme(
             errors.add(at("hmac"), "only allowed when provider is hmac");
             return None;
         }
-        (Provider::Github, None) => Scheme::Github,
-        (Provider::Shopify, None) => Scheme::Shopify,
         (Provider::Stripe, None) => Scheme::Stripe { tolerance },
         (Provider::Slack, None) => Scheme::Slack { tolerance },
         (Provider::Standard, None) if public_keys => Scheme::StandardEd25519 { tolerance },
@@ -450,9 +449,15 @@ fn scheme(
         (Provider::Discord, None) => Scheme::Discord { tolerance },
         (Provider::Sendgrid, None) => Scheme::Sendgrid { tolerance },
         (Provider::Mailgun, None) => Scheme::Mailgun { tolerance },
-        (Provider::Paddle | Provider::Pagerduty | Provider::Linear | Provider::Intercom, None) => {
-            Scheme::Hmac(verify::preset(provider, tolerance)?)
-        }
+        (
+            Provider::Github
+            | Provider::Shopify
+            | Provider::Paddle
+            | Provider::Pagerduty
+            | Provider::Linear
+            | Provider::Intercom,
+            None,
+        ) => Scheme::Hmac(verify::preset(provider, tolerance)?),
     };
     Some((scheme, None))
 }

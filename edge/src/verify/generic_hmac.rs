@@ -1,8 +1,8 @@
 //! HMAC schemes as data: where the signatures are (a header, whole or split into parts,
 //! each after a prefix), what the provider MACs before the body (a template over the
 //! signed timestamp and the delivery id), the hash and the encoding. A route with
-//! `provider: hmac` writes one in its `hmac:` block; the presets (Paddle, PagerDuty,
-//! Linear, Intercom) are written in it too ([`preset`]).
+//! `provider: hmac` writes one in its `hmac:` block; the presets (GitHub, Shopify,
+//! Paddle, PagerDuty, Linear, Intercom) are written in it too ([`preset`]).
 
 use std::time::Duration;
 
@@ -42,6 +42,39 @@ pub struct HmacSpec {
     pub timestamp: Option<TimestampSpec>,
     /// What the provider MACs before the body (the body always comes last).
     pub signed: Vec<Piece>,
+    /// What errors call the places it reads (a preset names its headers).
+    pub labels: Labels,
+}
+
+/// What a scheme's errors call its signature, timestamp and id: the provider's header
+/// names for a preset, fixed words for a configured scheme (whose names are not
+/// `'static`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Labels {
+    /// The signature header.
+    pub signature: &'static str,
+    /// The signed timestamp.
+    pub timestamp: &'static str,
+    /// The id header in the signed template.
+    pub id: &'static str,
+}
+
+impl Labels {
+    /// A scheme written in a route's `hmac:` block.
+    pub const CONFIGURED: Labels = Labels {
+        signature: "configured signature header",
+        timestamp: "configured timestamp",
+        id: "configured id header",
+    };
+
+    /// A preset whose signature (and any timestamp field) is in `header`.
+    const fn preset(header: &'static str) -> Labels {
+        Labels {
+            signature: header,
+            timestamp: header,
+            id: Labels::CONFIGURED.id,
+        }
+    }
 }
 
 /// Where a signed timestamp is, and how far from now it may be.
@@ -127,11 +160,17 @@ pub fn parse_template(
 /// The scheme of a provider written as a preset of this language; `None` for providers
 /// with a scheme of their own. `tolerance` is the route's, for signed timestamps.
 pub fn preset(provider: Provider, tolerance: Duration) -> Option<HmacSpec> {
-    let header = |name: &'static str| HeaderName::from_static(name);
     let spec = match provider {
+        // `X-Hub-Signature-256: sha256=<hex>` over the body.
+        Provider::Github => body_signature("x-hub-signature-256", Digest::Sha256, "sha256="),
+        // `X-Shopify-Hmac-Sha256: <base64>` over the body.
+        Provider::Shopify => HmacSpec {
+            encoding: Encoding::Base64,
+            ..body_signature("x-shopify-hmac-sha256", Digest::Sha256, "")
+        },
         // `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=…]` over `ts:body`.
         Provider::Paddle => HmacSpec {
-            header: header("paddle-signature"),
+            header: HeaderName::from_static("paddle-signature"),
             digest: Digest::Sha256,
             encoding: Encoding::Hex,
             prefix: "h1=".into(),
@@ -141,23 +180,24 @@ pub fn preset(provider: Provider, tolerance: Duration) -> Option<HmacSpec> {
                 tolerance,
             }),
             signed: vec![Piece::Timestamp, Piece::Text(":".into())],
+            labels: Labels::preset("paddle-signature"),
         },
         // `X-PagerDuty-Signature: v1=<hex>[,v1=<hex>]` (one per active secret) over the body.
         Provider::Pagerduty => HmacSpec {
             separator: Some(','),
-            ..body_signature(header("x-pagerduty-signature"), Digest::Sha256, "v1=")
+            ..body_signature("x-pagerduty-signature", Digest::Sha256, "v1=")
         },
         // `Linear-Signature: <hex>` over the body.
-        Provider::Linear => body_signature(header("linear-signature"), Digest::Sha256, ""),
+        Provider::Linear => body_signature("linear-signature", Digest::Sha256, ""),
         // `X-Hub-Signature: sha1=<hex>` over the body, keyed by the app's client secret.
-        Provider::Intercom => body_signature(header("x-hub-signature"), Digest::Sha1, "sha1="),
+        Provider::Intercom => body_signature("x-hub-signature", Digest::Sha1, "sha1="),
         _ => return None,
     };
     Some(spec)
 }
 
 pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHead, VerifyError> {
-    let value = configured_header(headers, &spec.header, SIGNATURE_LABEL)?;
+    let value = configured_header(headers, &spec.header, spec.labels.signature)?;
     let field = match &spec.timestamp {
         Some(TimestampSpec {
             source: TimestampSource::Field(field),
@@ -165,13 +205,13 @@ pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHe
         }) => Some(field.as_str()),
         _ => None,
     };
-    let mut signatures = Signatures::new(spec.digest, SIGNATURE_LABEL);
+    let mut signatures = Signatures::new(spec.digest, spec.labels.signature);
     let mut field_timestamp = None;
     match spec.separator {
         None => {
             let encoded = value
                 .strip_prefix(spec.prefix.as_str())
-                .ok_or(VerifyError::MalformedHeader(SIGNATURE_LABEL))?;
+                .ok_or(VerifyError::MalformedHeader(spec.labels.signature))?;
             signatures.push(decode(spec.encoding, encoded))?;
         }
         Some(separator) => {
@@ -188,14 +228,16 @@ pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHe
         None => None,
         Some(t) => {
             let raw = match &t.source {
-                TimestampSource::Header(name) => configured_header(headers, name, TIMESTAMP_LABEL)?,
+                TimestampSource::Header(name) => {
+                    configured_header(headers, name, spec.labels.timestamp)?
+                }
                 TimestampSource::Field(_) => {
-                    field_timestamp.ok_or(VerifyError::MissingHeader(TIMESTAMP_LABEL))?
+                    field_timestamp.ok_or(VerifyError::MissingHeader(spec.labels.timestamp))?
                 }
             };
             Some(SignedTimestamp {
                 raw: raw.to_owned(),
-                header: TIMESTAMP_LABEL,
+                header: spec.labels.timestamp,
                 tolerance: t.tolerance,
             })
         }
@@ -209,23 +251,26 @@ pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHe
                 prefix.extend_from_slice(raw.unwrap_or_default());
             }
             Piece::Header(name) => {
-                prefix.extend_from_slice(configured_header(headers, name, ID_LABEL)?.as_bytes());
+                prefix.extend_from_slice(
+                    configured_header(headers, name, spec.labels.id)?.as_bytes(),
+                );
             }
         }
     }
     signatures.into_head(prefix, timestamp)
 }
 
-/// One signature of the body alone, whole in `header` after `prefix`.
-fn body_signature(header: HeaderName, digest: Digest, prefix: &str) -> HmacSpec {
+/// A preset's one signature of the body alone, whole in `header` after `prefix`.
+fn body_signature(header: &'static str, digest: Digest, prefix: &str) -> HmacSpec {
     HmacSpec {
-        header,
+        header: HeaderName::from_static(header),
         digest,
         encoding: Encoding::Hex,
         prefix: prefix.into(),
         separator: None,
         timestamp: None,
         signed: Vec::new(),
+        labels: Labels::preset(header),
     }
 }
 
@@ -236,8 +281,7 @@ fn decode(encoding: Encoding, encoded: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// A configured header's trimmed ASCII value; errors name it by `label`, since the
-/// name itself is configured.
+/// A header's trimmed ASCII value; errors name it by `label`.
 fn configured_header<'h>(
     headers: &'h HeaderMap,
     name: &HeaderName,
@@ -249,10 +293,6 @@ fn configured_header<'h>(
         .map(str::trim)
         .map_err(|_| VerifyError::MalformedHeader(label))
 }
-
-const SIGNATURE_LABEL: &str = "configured signature header";
-const TIMESTAMP_LABEL: &str = "configured timestamp";
-const ID_LABEL: &str = "configured id header";
 
 #[cfg(test)]
 mod tests {
@@ -287,10 +327,12 @@ mod tests {
         verify_at(spec, secrets, headers, body, SystemTime::now())
     }
 
+    /// A scheme as a route's `hmac:` block would write it.
     fn spec(digest: Digest, encoding: Encoding, prefix: &str) -> HmacSpec {
         HmacSpec {
             encoding,
-            ..body_signature(HeaderName::from_static("x-signature"), digest, prefix)
+            labels: Labels::CONFIGURED,
+            ..body_signature("x-signature", digest, prefix)
         }
     }
 
@@ -349,7 +391,7 @@ mod tests {
         let k: &[&[u8]] = &[RFC_KEY];
         assert_eq!(
             verify(&s, k, &headers(&[]), RFC_DATA),
-            Err(VerifyError::MissingHeader(SIGNATURE_LABEL))
+            Err(VerifyError::MissingHeader(Labels::CONFIGURED.signature))
         );
         for bad in [
             RFC_SHA256,
@@ -360,7 +402,7 @@ mod tests {
             let h = headers(&[("x-signature", bad)]);
             assert_eq!(
                 verify(&s, k, &h, RFC_DATA),
-                Err(VerifyError::MalformedHeader(SIGNATURE_LABEL)),
+                Err(VerifyError::MalformedHeader(Labels::CONFIGURED.signature)),
                 "{bad}"
             );
         }
@@ -379,14 +421,14 @@ mod tests {
         let h = headers(&[("x-pagerduty-signature", &format!("v2={good}"))]);
         assert_eq!(
             verify(&s, &[b"new"], &h, RFC_DATA),
-            Err(VerifyError::MalformedHeader(SIGNATURE_LABEL)),
+            Err(VerifyError::MalformedHeader("x-pagerduty-signature")),
             "no part is a signature"
         );
         let many = vec![format!("v1={old}"); 9].join(",");
         let h = headers(&[("x-pagerduty-signature", &many)]);
         assert_eq!(
             verify(&s, &[b"new"], &h, RFC_DATA),
-            Err(VerifyError::MalformedHeader(SIGNATURE_LABEL)),
+            Err(VerifyError::MalformedHeader("x-pagerduty-signature")),
             "candidates are capped"
         );
     }
@@ -418,7 +460,7 @@ mod tests {
         let no_ts = headers(&[("paddle-signature", &format!("h1={h1}"))]);
         assert_eq!(
             verify_at(&s, key, &no_ts, body, at(1_700_000_004)),
-            Err(VerifyError::MissingHeader(TIMESTAMP_LABEL))
+            Err(VerifyError::MissingHeader("paddle-signature"))
         );
     }
 
@@ -449,7 +491,7 @@ mod tests {
         let h = headers(&[("x-signature", &mac), ("x-ts", &now)]);
         assert_eq!(
             verify(&s, &[b"k"], &h, b"hello"),
-            Err(VerifyError::MissingHeader(ID_LABEL))
+            Err(VerifyError::MissingHeader(Labels::CONFIGURED.id))
         );
     }
 
@@ -482,6 +524,70 @@ mod tests {
                 parse_template(template, false, None),
                 Err(error),
                 "{template}"
+            );
+        }
+    }
+
+    // Published in GitHub's "Validating webhook deliveries" documentation.
+    const GITHUB_SECRET: &[u8] = b"It's a Secret to Everybody";
+    const GITHUB_BODY: &[u8] = b"Hello, World!";
+    const GITHUB_SIGNATURE: &str =
+        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+
+    #[test]
+    fn github_accepts_its_documented_vector_and_names_its_header() {
+        let s = preset(Provider::Github, TOL).unwrap();
+        let h = headers(&[("X-Hub-Signature-256", GITHUB_SIGNATURE)]);
+        assert_eq!(
+            verify(&s, &[b"new", GITHUB_SECRET], &h, GITHUB_BODY),
+            Ok(())
+        );
+        assert_eq!(
+            verify(&s, &[GITHUB_SECRET], &h, b"Hello, World?"),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify(&s, &[GITHUB_SECRET], &headers(&[]), GITHUB_BODY),
+            Err(VerifyError::MissingHeader("x-hub-signature-256"))
+        );
+        // Hex of any length but a SHA-256 MAC's can never match: malformed, like bad hex.
+        for bad in [
+            "757107ea",
+            "sha1=757107ea",
+            "sha256=zz",
+            "sha256=abc",
+            "sha256=abcd",
+            "sha256=",
+        ] {
+            let h = headers(&[("X-Hub-Signature-256", bad)]);
+            assert_eq!(
+                verify(&s, &[GITHUB_SECRET], &h, GITHUB_BODY),
+                Err(VerifyError::MalformedHeader("x-hub-signature-256")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn shopify_accepts_an_openssl_computed_signature_and_names_its_header() {
+        // `printf '{"id":1}' | openssl dgst -sha256 -hmac shpss_secret -binary | base64`
+        let (secret, body) = (b"shpss_secret", br#"{"id":1}"#);
+        let s = preset(Provider::Shopify, TOL).unwrap();
+        let h = headers(&[(
+            "X-Shopify-Hmac-Sha256",
+            "xocA3LkeJ/RvNrkxep1EUtFHuj7rIoIqZYaLU26LyPQ=",
+        )]);
+        assert_eq!(verify(&s, &[b"new", secret], &h, body), Ok(()));
+        assert_eq!(
+            verify(&s, &[secret], &h, br#"{"id":2}"#),
+            Err(VerifyError::Mismatch)
+        );
+        for bad in ["not*base64", "AAAA", ""] {
+            let h = headers(&[("X-Shopify-Hmac-Sha256", bad)]);
+            assert_eq!(
+                verify(&s, &[secret], &h, body),
+                Err(VerifyError::MalformedHeader("x-shopify-hmac-sha256")),
+                "{bad}"
             );
         }
     }
