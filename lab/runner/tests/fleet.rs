@@ -86,8 +86,9 @@ fn each_region_routes_to_its_own_pops_with_the_origin_a_wan_away(fleet: &Fleet) 
         );
     }
     for (region, want_ms, slack_ms) in [("eu", 10.0, 4.0), ("us", 80.0, 6.0), ("ap", 180.0, 14.0)] {
-        let times = fleet.ping_ms(&format!("client-{region}"), "10.0.3.2", 10);
-        assert!(times.len() >= 9, "{region}: {times:?}");
+        // ap's link loses 0.5 % of frames each way: a few lost pings are the WAN, not a fault.
+        let times = fleet.ping_ms(&format!("client-{region}"), "10.0.3.2", 20);
+        assert!(times.len() >= 16, "{region}: {times:?}");
         let median = times[times.len() / 2];
         assert!(
             (median - want_ms).abs() <= slack_ms,
