@@ -36,23 +36,6 @@ pub enum EventIdError {
     Invalid,
 }
 
-/// Whether a matching signature vouches for the id as well as the body.
-pub fn id_is_signed(provider: Provider) -> bool {
-    matches!(
-        provider,
-        Provider::Stripe
-            | Provider::Slack
-            | Provider::Standard
-            | Provider::Zoom
-            | Provider::Discord
-            | Provider::Sendgrid
-            | Provider::Paddle
-            | Provider::Pagerduty
-            | Provider::Intercom
-            | Provider::Mailgun
-    )
-}
-
 /// The de-duplication key of a verified request (see the module's documentation).
 /// `id_header` is the generic scheme's configured header; where a provider sends no
 /// id, the key is the SHA-256 of the body, so identical redeliveries still collapse.
@@ -64,25 +47,20 @@ pub fn event_id(
     body: &[u8],
     mac: &[u8],
 ) -> Result<String, EventIdError> {
-    let id = match provider {
-        Provider::Github => header_id(headers, "x-github-delivery")?,
-        Provider::Shopify => header_id(headers, "x-shopify-webhook-id")?,
-        Provider::Standard => header_id(headers, "webhook-id")?,
-        Provider::Linear => header_id(headers, "linear-delivery")?,
-        Provider::Stripe | Provider::Intercom => {
-            body_field(body, "id").ok_or(EventIdError::MissingBodyField("id"))?
+    let source = IdSource::of(provider);
+    let id = match source {
+        IdSource::Header(name) | IdSource::SignedHeader(name) => header_id(headers, name)?,
+        IdSource::BodyField(field) => {
+            body_field(body, field).ok_or(EventIdError::MissingBodyField(field))?
         }
-        Provider::Paddle => {
-            body_field(body, "event_id").ok_or(EventIdError::MissingBodyField("event_id"))?
+        IdSource::BodyFieldOrDigest(field) => {
+            body_field(body, field).unwrap_or_else(|| body_digest(body))
         }
-        Provider::Mailgun => {
+        IdSource::MailgunToken => {
             verify::mailgun_token(body).ok_or(EventIdError::MissingBodyField("signature.token"))?
         }
-        Provider::Slack => body_field(body, "event_id").unwrap_or_else(|| body_digest(body)),
-        Provider::Zoom | Provider::Discord | Provider::Sendgrid | Provider::Pagerduty => {
-            body_digest(body)
-        }
-        Provider::Hmac => match id_header.and_then(|name| headers.get(name)) {
+        IdSource::BodyDigest => body_digest(body),
+        IdSource::ConfiguredHeader => match id_header.and_then(|name| headers.get(name)) {
             Some(value) => value
                 .to_str()
                 .map_err(|_| EventIdError::Invalid)?
@@ -94,7 +72,7 @@ pub fn event_id(
     if id.is_empty() || id.len() > MAX_EVENT_ID_LEN || !visible {
         return Err(EventIdError::Invalid);
     }
-    if id_is_signed(provider) {
+    if source.is_signed() {
         Ok(id)
     } else {
         let mac = hex::encode(&mac[..mac.len().min(MAC_HEX_LEN / 2)]);
@@ -144,21 +122,13 @@ pub fn claimed_id(
     id_header: Option<&HeaderName>,
     headers: &HeaderMap,
 ) -> Option<String> {
-    let value = match provider {
-        Provider::Github => headers.get("x-github-delivery"),
-        Provider::Shopify => headers.get("x-shopify-webhook-id"),
-        Provider::Standard => headers.get("webhook-id"),
-        Provider::Linear => headers.get("linear-delivery"),
-        Provider::Hmac => id_header.and_then(|name| headers.get(name)),
-        Provider::Stripe
-        | Provider::Slack
-        | Provider::Zoom
-        | Provider::Discord
-        | Provider::Sendgrid
-        | Provider::Paddle
-        | Provider::Pagerduty
-        | Provider::Intercom
-        | Provider::Mailgun => None,
+    let value = match IdSource::of(provider) {
+        IdSource::Header(name) | IdSource::SignedHeader(name) => headers.get(name),
+        IdSource::ConfiguredHeader => id_header.and_then(|name| headers.get(name)),
+        IdSource::BodyField(_)
+        | IdSource::BodyFieldOrDigest(_)
+        | IdSource::MailgunToken
+        | IdSource::BodyDigest => None,
     }?;
     let id = value.to_str().ok()?.trim();
     let visible = id.bytes().all(|b| b.is_ascii_graphic());
@@ -194,6 +164,52 @@ pub fn kept_headers(provider: Provider, headers: &HeaderMap) -> Vec<(String, Vec
         })
         .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
         .collect()
+}
+
+/// Where a provider's event id is, and whether its signature covers it: the one table
+/// [`event_id`] and [`claimed_id`] read.
+#[derive(Clone, Copy)]
+enum IdSource {
+    /// A header the signature does not cover: the key is the id with that signature.
+    Header(&'static str),
+    /// A header the signature covers (Standard Webhooks signs `webhook-id`).
+    SignedHeader(&'static str),
+    /// A string field of the signed JSON body.
+    BodyField(&'static str),
+    /// A string field of the signed JSON body, else the body's digest (Slack's slash
+    /// commands and interactions have no event id).
+    BodyFieldOrDigest(&'static str),
+    /// Mailgun's `signature.token`, signed in the body.
+    MailgunToken,
+    /// No id at all: the signed body's SHA-256.
+    BodyDigest,
+    /// The generic route's `id_header` (not signed), else the body's digest.
+    ConfiguredHeader,
+}
+
+impl IdSource {
+    fn of(provider: Provider) -> Self {
+        match provider {
+            Provider::Github => IdSource::Header("x-github-delivery"),
+            Provider::Shopify => IdSource::Header("x-shopify-webhook-id"),
+            Provider::Linear => IdSource::Header("linear-delivery"),
+            Provider::Standard => IdSource::SignedHeader("webhook-id"),
+            Provider::Stripe | Provider::Intercom => IdSource::BodyField("id"),
+            Provider::Paddle => IdSource::BodyField("event_id"),
+            Provider::Slack => IdSource::BodyFieldOrDigest("event_id"),
+            Provider::Mailgun => IdSource::MailgunToken,
+            Provider::Zoom | Provider::Discord | Provider::Sendgrid | Provider::Pagerduty => {
+                IdSource::BodyDigest
+            }
+            Provider::Hmac => IdSource::ConfiguredHeader,
+        }
+    }
+
+    /// Whether a matching signature vouches for the id as well as the body. A
+    /// configured header's id is not; without one the body's digest is returned as it is.
+    fn is_signed(self) -> bool {
+        !matches!(self, IdSource::Header(_) | IdSource::ConfiguredHeader)
+    }
 }
 
 fn header_id(headers: &HeaderMap, name: &'static str) -> Result<String, EventIdError> {
