@@ -81,7 +81,7 @@ fi
 # (`testkit::edge::provider_sdk`): a venv of pinned versions from PyPI.
 sdks=/var/cache/webhook-edge-lab/provider-sdks
 sdk_pins=(standardwebhooks==1.3.0 slack_sdk==3.48.0 stripe==16.1.0 PyNaCl==1.6.2 sendgrid==6.12.5
-    cryptography==51.0.1 paddle-python-sdk==1.16.1 mailgun==1.10.0)
+    cryptography==51.0.1 paddle-python-sdk==1.16.1 mailgun==1.10.0 twilio==9.13.0)
 if [ "$(cat "$sdks/pins" 2>/dev/null)" != "${sdk_pins[*]}" ]; then
     echo "setup: installing the providers' SDKs (${sdk_pins[*]}) under $sdks"
     rm -rf "$sdks"

@@ -152,6 +152,7 @@ pub fn kept_headers(provider: Provider, headers: &HeaderMap) -> Vec<(String, Vec
         Provider::Pagerduty => &["x-pagerduty-"],
         Provider::Linear => &["linear-"],
         Provider::Intercom => &["x-hub-signature", "x-intercom-"],
+        Provider::Twilio => &["x-twilio-", "i-twilio-"],
         Provider::Mailgun | Provider::Hmac => &[],
     };
     headers
@@ -198,9 +199,11 @@ impl IdSource {
             Provider::Paddle => IdSource::BodyField("event_id"),
             Provider::Slack => IdSource::BodyFieldOrDigest("event_id"),
             Provider::Mailgun => IdSource::MailgunToken,
-            Provider::Zoom | Provider::Discord | Provider::Sendgrid | Provider::Pagerduty => {
-                IdSource::BodyDigest
-            }
+            Provider::Zoom
+            | Provider::Discord
+            | Provider::Sendgrid
+            | Provider::Pagerduty
+            | Provider::Twilio => IdSource::BodyDigest,
             Provider::Hmac => IdSource::ConfiguredHeader,
         }
     }

@@ -1,12 +1,12 @@
-//! The providers' own libraries sign (Standard Webhooks, Slack, Stripe, Discord; from
-//! PyPI) or verify what is signed as documented (SendGrid, Paddle, Mailgun), and the real `edge`
+//! The providers' own libraries sign (Standard Webhooks, Slack, Stripe, Discord, Twilio;
+//! from PyPI) or verify what is signed as documented (SendGrid, Paddle, Mailgun), and the real `edge`
 //! must accept it, and refuse the same delivery with one body byte flipped, signed too
 //! long ago, or signed with another secret or key.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use testkit::edge::nats::Nats;
-use testkit::edge::provider_sdk::{public_key, signed_headers};
+use testkit::edge::provider_sdk::{public_key, signed_headers, twilio_signed};
 use testkit::edge::*;
 
 const ROUTES: &str = r#"  - path: /hooks/std
@@ -244,6 +244,57 @@ async fn mailgun_signatures_in_the_body_are_checked_and_a_token_is_stored_once()
     let records = edge::spool::dump(&edge.spool_dir()).unwrap();
     assert_eq!(records.len(), 1, "the reused token stored nothing");
     assert_eq!(records[0].body, body.as_bytes());
+}
+
+/// Twilio signs the URL it requested and the sorted form parameters (or, for a JSON body,
+/// the URL carrying the body's digest), as its `RequestValidator` does: what it signs for
+/// the edge's own URL is stored; a changed parameter, a query the signature did not cover,
+/// another auth token or a changed JSON body gets a 401.
+#[tokio::test(flavor = "multi_thread")]
+async fn twilio_signatures_over_the_url_and_the_form_are_checked() {
+    let token = "twilio-auth-token-sdk";
+    let routes = route("/hooks/twilio", "twilio", &[token.to_owned()]);
+    let edge = Edge::start("", &routes);
+    let c = client(&edge, false);
+    let send = |url: String, body: &str, signature: String| {
+        let request = c
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("x-twilio-signature", signature)
+            .body(body.to_owned());
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let form = "MessageSid=SM5b1e&MessageStatus=delivered&To=%2B15005550006&Body=on+call+%26+paged";
+    let (url, signature) = twilio_signed(token, &edge.url("/hooks/twilio"), form);
+    assert_eq!(send(url.clone(), form, signature.clone()).await, 200);
+
+    let changed = form.replace("delivered", "undelivered");
+    assert_eq!(send(url.clone(), &changed, signature.clone()).await, 401);
+    let unsigned_query = format!("{url}?to=elsewhere");
+    assert_eq!(send(unsigned_query, form, signature.clone()).await, 401);
+    let (_, by_another) = twilio_signed("another-token", &url, form);
+    assert_eq!(send(url.clone(), form, by_another).await, 401);
+
+    let json = r#"{"event_type":"com.twilio.messaging.message.delivered","sid":"SM5b1f"}"#;
+    let (json_url, json_signature) = twilio_signed(token, &url, json);
+    assert_ne!(json_url, url, "bodySHA256 is in the signed URL");
+    assert_eq!(
+        send(json_url.clone(), json, json_signature.clone()).await,
+        200
+    );
+    let tampered = json.replace("SM5b1f", "SM5b1e");
+    assert_eq!(send(json_url, &tampered, json_signature).await, 401);
+
+    let records = edge::spool::dump(&edge.spool_dir()).unwrap();
+    let bodies: Vec<&[u8]> = records.iter().map(|r| &r.body[..]).collect();
+    assert_eq!(bodies, [form.as_bytes(), json.as_bytes()]);
+    assert!(
+        records[0]
+            .headers
+            .iter()
+            .any(|(name, _)| name == "x-twilio-signature"),
+        "the signature kept for the origin"
+    );
 }
 
 /// The issue's end to end: a Discord-style Ed25519 delivery, a SendGrid-style ECDSA

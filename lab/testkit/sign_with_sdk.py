@@ -131,6 +131,28 @@ def mailgun(request):
     return {"signed-body": body}
 
 
+def twilio(request):
+    """Twilio's own `RequestValidator`: a form body is signed with its parameters; a JSON
+    body (Twilio's newer products) through `bodySHA256=<hex>` added to the URL's query,
+    the URL to post to printed as `url`. Each signature must pass the SDK's `validate`."""
+    from urllib.parse import parse_qsl
+
+    from twilio.request_validator import RequestValidator
+
+    validator = RequestValidator(request["secret"])
+    url, body = request["url"], request["body"]
+    if body.startswith("{"):
+        separator = "&" if "?" in url else "?"
+        url = f"{url}{separator}bodySHA256={validator.compute_hash(body)}"
+        signature = validator.compute_signature(url, {})
+        assert validator.validate(url, body, signature)
+    else:
+        params = dict(parse_qsl(body, keep_blank_values=True))
+        signature = validator.compute_signature(url, params)
+        assert validator.validate(url, params, signature)
+    return {"x-twilio-signature": signature, "url": url}
+
+
 def standard_v1a(request):
     """The Standard Webhooks specification's asymmetric version, which the
     `standardwebhooks` library does not implement: Ed25519 (PyNaCl) over
@@ -166,6 +188,7 @@ SIGNERS = {
     "sendgrid-key": sendgrid_key,
     "paddle": paddle,
     "mailgun": mailgun,
+    "twilio": twilio,
     "standard-v1a": standard_v1a,
     "standard-v1a-key": standard_v1a_key,
 }

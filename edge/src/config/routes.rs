@@ -83,8 +83,8 @@ pub(super) struct RawRoute {
     secrets_file: Option<PathBuf>,
     /// Default 1MiB.
     max_body: Option<ByteSize>,
-    /// Default 202 (200 for Shopify, Zoom, Paddle, Linear, Intercom and Mailgun, 204 for
-    /// Discord).
+    /// Default 202 (200 for Shopify, Zoom, Paddle, Linear, Intercom, Mailgun and Twilio,
+    /// 204 for Discord).
     ack_status: Option<u16>,
     /// Signed timestamps older or newer than this are refused. Default 300s.
     #[serde(default, with = "humantime_serde")]
@@ -215,14 +215,15 @@ impl RawRoute {
             );
         }
         // Shopify and Zoom count only 200 (Zoom also 204) as delivered, Discord only 204;
-        // Paddle, Linear, Intercom and Mailgun document a 200.
+        // Paddle, Linear, Intercom, Mailgun and Twilio document a 200.
         let default_ack = match self.provider {
             Provider::Shopify
             | Provider::Zoom
             | Provider::Paddle
             | Provider::Linear
             | Provider::Intercom
-            | Provider::Mailgun => 200,
+            | Provider::Mailgun
+            | Provider::Twilio => 200,
             Provider::Discord => 204,
             _ => 202,
         };
@@ -449,6 +450,7 @@ fn scheme(
         (Provider::Discord, None) => Scheme::Discord { tolerance },
         (Provider::Sendgrid, None) => Scheme::Sendgrid { tolerance },
         (Provider::Mailgun, None) => Scheme::Mailgun { tolerance },
+        (Provider::Twilio, None) => Scheme::Twilio,
         (
             Provider::Github
             | Provider::Shopify

@@ -217,7 +217,7 @@ fn before_body(
     }
     let verification = route
         .verifier
-        .start(&parts.headers)
+        .start(&parts.uri, &parts.headers)
         .map_err(|e| unverified(app, entry, e))?;
     // The most the body can be: its declared length, else the route's limit.
     let most = body

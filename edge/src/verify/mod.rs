@@ -20,6 +20,7 @@ mod signed_head;
 mod slack;
 mod standard;
 mod stripe;
+mod twilio;
 mod zoom;
 
 use std::fmt;
@@ -30,7 +31,7 @@ use aws_lc_rs::signature::{
     ECDSA_P256_SHA256_ASN1, ED25519, ParsedPublicKey, VerificationAlgorithm,
 };
 use hmac::{Hmac, Mac};
-use http::HeaderMap;
+use http::{HeaderMap, Uri};
 use sha1::Sha1;
 use sha2::{Sha256, Sha512};
 use subtle::{Choice, ConstantTimeEq};
@@ -85,6 +86,8 @@ pub enum Provider {
     Intercom,
     /// Mailgun (the signature in the JSON body, over its timestamp and token).
     Mailgun,
+    /// Twilio (`X-Twilio-Signature`, over the URL and the sorted form parameters).
+    Twilio,
     /// Any other HMAC over the body, as the route configures it.
     Hmac,
 }
@@ -106,6 +109,7 @@ impl Provider {
             Provider::Linear => "linear",
             Provider::Intercom => "intercom",
             Provider::Mailgun => "mailgun",
+            Provider::Twilio => "twilio",
             Provider::Hmac => "hmac",
         }
     }
@@ -182,6 +186,8 @@ pub enum Scheme {
         /// The largest age (or lead) of the signed timestamp accepted.
         tolerance: Duration,
     },
+    /// HMAC-SHA1 (or -SHA256) of the URL and the sorted form parameters, base64.
+    Twilio,
     /// A configured HMAC.
     Hmac(HmacSpec),
 }
@@ -225,12 +231,18 @@ impl Verifier {
         &self.scheme
     }
 
-    /// Reads the request head. An error here can be answered before the body is read;
-    /// otherwise feed the body to the returned [`Verification`] as it arrives.
-    pub fn start(&self, headers: &HeaderMap) -> Result<Verification, VerifyError> {
+    /// Reads the request head (`uri` is its target, for the schemes that sign the URL).
+    /// An error here can be answered before the body is read; otherwise feed the body to
+    /// the returned [`Verification`] as it arrives.
+    pub fn start(&self, uri: &Uri, headers: &HeaderMap) -> Result<Verification, VerifyError> {
         let head = match &self.scheme {
             Scheme::Mailgun { tolerance } => {
-                return Ok(Verification::in_body(self.keys.clone(), *tolerance));
+                let reader = BodyReader::Mailgun(*tolerance);
+                return Ok(Verification::in_body(self.keys.clone(), reader));
+            }
+            Scheme::Twilio => {
+                let reader = BodyReader::Twilio(twilio::read_head(uri, headers)?);
+                return Ok(Verification::in_body(self.keys.clone(), reader));
             }
             Scheme::Stripe { tolerance } => stripe::read_head(headers, *tolerance)?,
             Scheme::Slack { tolerance } => slack::read_head(headers, *tolerance)?,
@@ -281,14 +293,15 @@ impl Verifier {
         Some(mac.finalize())
     }
 
-    /// Verifies a request whose whole body is at hand.
+    /// Verifies a request for `/` whose whole body is at hand (a scheme that signs the
+    /// URL needs [`Verifier::start`] with the request's target).
     pub fn verify(
         &self,
         headers: &HeaderMap,
         body: &[u8],
         now: SystemTime,
     ) -> Result<Verified, VerifyError> {
-        let mut verification = self.start(headers)?;
+        let mut verification = self.start(&Uri::default(), headers)?;
         verification.update(body);
         verification.finish(now)
     }
@@ -319,13 +332,32 @@ enum Check {
         keys: Arc<[ParsedPublicKey]>,
         message: Vec<u8>,
     },
-    /// The signature and what it signs are in the body (Mailgun): it is kept as it
-    /// arrives and read once it is in; `max_body` bounds it.
+    /// What is signed can only be read from the whole body (Mailgun's signature is in
+    /// it, Twilio signs its sorted parameters): it is kept as it arrives and read once it
+    /// is in; `max_body` bounds it.
     InBody {
         keys: Keys,
         body: Vec<u8>,
-        tolerance: Duration,
+        reader: BodyReader,
     },
+}
+
+/// How a scheme that reads the whole body finds what was signed in it.
+enum BodyReader {
+    /// The signature, timestamp and token in the JSON body; the tolerance for it.
+    Mailgun(Duration),
+    /// The head already read; the body gives the parameters.
+    Twilio(twilio::Head),
+}
+
+impl BodyReader {
+    /// What was signed, one head per way the provider may have spelled it.
+    fn signed_heads(self, body: &[u8]) -> Result<Vec<SignedHead>, VerifyError> {
+        match self {
+            BodyReader::Mailgun(tolerance) => Ok(vec![mailgun::read_body(body, tolerance)?]),
+            BodyReader::Twilio(head) => head.signed_heads(body),
+        }
+    }
 }
 
 impl Verification {
@@ -352,12 +384,12 @@ impl Verification {
         }
     }
 
-    fn in_body(keys: Keys, tolerance: Duration) -> Self {
+    fn in_body(keys: Keys, reader: BodyReader) -> Self {
         Self {
             check: Check::InBody {
                 keys,
                 body: Vec::new(),
-                tolerance,
+                reader,
             },
             signatures: Vec::new(),
             timestamp: None,
@@ -383,13 +415,15 @@ impl Verification {
     /// the signed timestamp against `now`.
     pub fn finish(self, now: SystemTime) -> Result<Verified, VerifyError> {
         let (key, mac) = match self.check {
-            Check::InBody {
-                keys,
-                body,
-                tolerance,
-            } => {
-                let head = mailgun::read_body(&body, tolerance)?;
-                return Verification::new(&keys, head).finish(now);
+            Check::InBody { keys, body, reader } => {
+                let mut verdict = Err(VerifyError::Mismatch);
+                for head in reader.signed_heads(&body)? {
+                    verdict = Verification::new(&keys, head).finish(now);
+                    if verdict.is_ok() {
+                        break;
+                    }
+                }
+                return verdict;
             }
             Check::Macs(macs) => matching_mac(macs, &self.signatures),
             Check::Signature { keys, message } => {
@@ -561,14 +595,18 @@ mod tests {
         let signature = format!("sha256={}", hex::encode(&signature_bytes));
         let verifier = Verifier::new(github(), vec![secret]);
         for chunk_len in [1, 7, 16_384, body.len()] {
-            let mut verification = verifier.start(&github_head(&signature)).unwrap();
+            let mut verification = verifier
+                .start(&Uri::default(), &github_head(&signature))
+                .unwrap();
             for chunk in body.chunks(chunk_len) {
                 verification.update(chunk);
             }
             let verified = verification.finish(SystemTime::now()).unwrap();
             assert_eq!(verified.mac(), &signature_bytes[..], "{chunk_len}");
         }
-        let mut short = verifier.start(&github_head(&signature)).unwrap();
+        let mut short = verifier
+            .start(&Uri::default(), &github_head(&signature))
+            .unwrap();
         short.update(&body[1..]);
         assert_eq!(short.finish(SystemTime::now()), Err(VerifyError::Mismatch));
     }
@@ -588,7 +626,7 @@ mod tests {
             vec![format!("v1={}", "ab".repeat(32)); 8].join(",")
         );
         let verification = verifier
-            .start(&headers(&[("Stripe-Signature", &many)]))
+            .start(&Uri::default(), &headers(&[("Stripe-Signature", &many)]))
             .unwrap();
         let Check::Macs(macs) = &verification.check else {
             panic!("a secret's route computes MACs");

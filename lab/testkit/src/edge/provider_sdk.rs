@@ -1,7 +1,8 @@
 //! Webhooks signed by the providers' own libraries (PyPI `standardwebhooks`, `slack_sdk`,
-//! `stripe`, PyNaCl for Discord's Ed25519, `sendgrid`'s, `paddle-python-sdk`'s and `mailgun`'s verifiers, pinned
-//! in `lab/setup.sh`'s venv), so that the edge's schemes are tested
-//! against the providers' code, not only against our reading of their docs.
+//! `stripe`, `twilio`, PyNaCl for Discord's Ed25519, `sendgrid`'s, `paddle-python-sdk`'s
+//! and `mailgun`'s verifiers, pinned in `lab/setup.sh`'s venv), so that the edge's
+//! schemes are tested against the providers' code, not only against our reading of
+//! their docs.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -20,13 +21,49 @@ pub fn signed_headers(
     timestamp: u64,
     id: &str,
 ) -> Vec<(String, String)> {
-    let request = serde_json::json!({
+    sign(serde_json::json!({
         "provider": provider,
         "secret": secret,
         "body": body,
         "timestamp": timestamp,
         "id": id,
-    });
+    }))
+}
+
+/// Twilio's `RequestValidator` (PyPI `twilio`) signing a POST of `body` to `url` with the
+/// auth token `secret`: a form is signed with its parameters; a JSON body (starting
+/// with `{`) through `bodySHA256` in the URL's query, so the URL to post to comes back
+/// with the `X-Twilio-Signature` value, as `(url, signature)`.
+pub fn twilio_signed(secret: &str, url: &str, body: &str) -> (String, String) {
+    let printed = sign(serde_json::json!({
+        "provider": "twilio",
+        "secret": secret,
+        "body": body,
+        "url": url,
+    }));
+    let value = |name: &str| {
+        printed
+            .iter()
+            .find(|(printed, _)| printed == name)
+            .map(|(_, value)| value.clone())
+            .unwrap_or_else(|| panic!("{SIGNER} printed no {name} for twilio"))
+    };
+    (value("url"), value("x-twilio-signature"))
+}
+
+/// The public key a route holds for `provider`'s signing key `secret` (`discord` or
+/// `sendgrid`), as the provider's portal shows it.
+pub fn public_key(provider: &str, secret: &str) -> String {
+    signed_headers(&format!("{provider}-key"), secret, "", 0, "")
+        .into_iter()
+        .find(|(name, _)| name == "public-key")
+        .map(|(_, key)| key)
+        .unwrap_or_else(|| panic!("{SIGNER} gave no public key for {provider}"))
+}
+
+/// Runs the signer on `request`; the headers (and other values) it prints.
+fn sign(request: serde_json::Value) -> Vec<(String, String)> {
+    let provider = request["provider"].as_str().unwrap_or_default().to_owned();
     let mut child = Command::new(PYTHON)
         .arg(SIGNER)
         .stdin(Stdio::piped())
@@ -47,16 +84,6 @@ pub fn signed_headers(
         .into_iter()
         .map(|(name, value)| (name, value.as_str().unwrap_or_default().to_owned()))
         .collect()
-}
-
-/// The public key a route holds for `provider`'s signing key `secret` (`discord` or
-/// `sendgrid`), as the provider's portal shows it.
-pub fn public_key(provider: &str, secret: &str) -> String {
-    signed_headers(&format!("{provider}-key"), secret, "", 0, "")
-        .into_iter()
-        .find(|(name, _)| name == "public-key")
-        .map(|(_, key)| key)
-        .unwrap_or_else(|| panic!("{SIGNER} gave no public key for {provider}"))
 }
 
 const PYTHON: &str = "/var/cache/webhook-edge-lab/provider-sdks/bin/python";
