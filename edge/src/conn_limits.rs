@@ -230,6 +230,12 @@ impl ConnTable {
         }
     }
 
+    /// Replaces the trusted CIDRs for connections from now on; those open keep the
+    /// class they were admitted in, so every count stays exact.
+    pub(crate) fn set_trusted(&mut self, trusted: Vec<IpNet>) {
+        self.caps.trusted = trusted;
+    }
+
     /// Counts a new connection from `ip` at `now_ms`, evicting a less useful one when a
     /// cap is reached (see the module's order), or says why it must be closed.
     /// `closing` becomes the new connection's [`ConnUsage::closing`].

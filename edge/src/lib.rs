@@ -20,6 +20,7 @@ mod http;
 mod liveness;
 pub mod metrics;
 pub mod operator;
+pub mod ranges;
 mod reload;
 pub mod run;
 mod server;

@@ -66,6 +66,9 @@ enum Command {
     /// true` (from what `spool.retain_delivered` keeps): prints how many first, then the
     /// running edge stores and delivers them.
     Replay(edge::operator::replay::Args),
+    /// Providers' egress ranges (`ranges.sources`): fetch and store the lists.
+    #[command(subcommand)]
+    Ranges(edge::operator::ranges::Action),
     /// Quarantine (spool bytes kept but never delivered from): list, show, export.
     #[command(subcommand)]
     Quarantine(edge::operator::quarantine::Action),
@@ -150,6 +153,7 @@ fn main() -> ExitCode {
         Command::Quarantine(action) => edge::operator::quarantine::run(action),
         Command::Backhaul(action) => edge::operator::backhaul::run(action),
         Command::Replay(args) => edge::operator::replay::run(args),
+        Command::Ranges(action) => edge::operator::ranges::run(action, runtime),
     })
 }
 

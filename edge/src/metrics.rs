@@ -9,6 +9,7 @@ use prometheus_client::registry::Registry;
 use crate::admission::AdmissionMetrics;
 use crate::backhaul::BackhaulMetrics;
 use crate::http::HttpMetrics;
+use crate::ranges::RangesMetrics;
 use crate::reload::ReloadMetrics;
 use crate::server::ConnectionMetrics;
 use crate::spool::SpoolMetrics;
@@ -29,6 +30,8 @@ pub struct Metrics {
     pub connections: ConnectionMetrics,
     /// Requests and answers.
     pub http: HttpMetrics,
+    /// Providers' egress lists.
+    pub ranges: RangesMetrics,
     /// Config reloads.
     pub reload: ReloadMetrics,
     /// The spool.
@@ -48,6 +51,7 @@ impl Metrics {
         let tls = TlsMetrics::register(edge);
         let backhaul = BackhaulMetrics::register(edge);
         let reload = ReloadMetrics::register(edge);
+        let ranges = RangesMetrics::register(edge);
         let admin = AdminMetrics::register(edge);
         let ready = Gauge::default();
         edge.register(
@@ -65,6 +69,7 @@ impl Metrics {
             backhaul,
             connections,
             http,
+            ranges,
             reload,
             spool,
             tls,

@@ -20,6 +20,7 @@ use crate::backhaul::Sink;
 use crate::config::{BackhaulSettings, Settings};
 use crate::http::App;
 use crate::metrics::Metrics;
+use crate::ranges::trusted::TrustedRanges;
 use crate::reload::Reloader;
 use crate::server::{Accepting, Live, Placement, Server, ServerMetrics};
 use crate::spool::Spool;
@@ -58,6 +59,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         None => None,
     };
     let admission = start_admission(&settings, &metrics, sink.clone());
+    let trusting = Arc::clone(&admission);
     let readiness = Arc::new(Readiness::default());
     if let Some(writer) = spool.writer_task() {
         readiness.watch(writer, "spool writer stopped");
@@ -88,6 +90,15 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         http: metrics.http.clone(),
     };
     let server = Arc::new(Server::new(live, &settings, server_metrics));
+    if !settings.ranges.sources.is_empty() {
+        let trusted = TrustedRanges::new(&settings, metrics.ranges.clone());
+        let server = Arc::clone(&server);
+        let apply = move |nets: Vec<ipnet::IpNet>| {
+            server.connections.lock().set_trusted(nets.clone());
+            trusting.set_trusted(nets);
+        };
+        tokio::spawn(trusted.keep(apply).in_current_span());
+    }
     let backhaul = sink
         .zip(settings.backhaul.clone())
         .map(|(sink, backhaul)| Backhaul::start(backhaul, sink, &spool, &metrics));

@@ -1,11 +1,13 @@
 //! Connection caps on the real binary: over its per-source cap a connection is closed
 //! before any TLS work, other sources are unaffected, trusted CIDRs get a higher cap,
-//! and closed connections free their slots; idle connections end by the idle timeout.
+//! and closed connections free their slots; idle connections end by the idle timeout;
+//! providers' published lists, kept by `edge ranges update`, are trusted while current.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use testkit::edge::provider_ranges::RangesEndpoint;
 use testkit::edge::*;
 
 /// A raw TCP connection from `source` to the edge.
@@ -91,6 +93,104 @@ async fn per_source_caps_close_before_tls() {
         edge.log_text().contains("connection over its cap"),
         "refusals are logged"
     );
+}
+
+/// A provider's published list, fetched by `edge ranges update` from a fake provider on
+/// loopback, lifts the per-source cap for its addresses in the running edge; a list that
+/// would trust too much, or a failed fetch, keeps the last good one (exit 1, said why);
+/// when the provider drops an address, the edge applies the cap again within
+/// `reload_every`.
+#[test]
+fn provider_lists_lift_the_cap_while_they_list_the_sender() {
+    let provider = RangesEndpoint::start();
+    provider.answer(200, r#"{"hooks":["127.0.0.5/32","192.30.252.0/22"]}"#);
+    let mut edge = Edge::create("", "");
+    let ranges = edge.dir.path().join("ranges");
+    edge.edit_config(|text| {
+        format!(
+            "{text}connections: {{ max: 100, per_source: 2, trusted_ranges: [github] }}\n\
+             ranges:\n  dir: {}\n  reload_every: 200ms\n  sources:\n    \
+             github: {{ url: \"{}\", pointer: /hooks }}\n",
+            ranges.display(),
+            provider.url("/meta")
+        )
+    });
+    let update = |edge: &Edge| {
+        let output = std::process::Command::new(edge_bin())
+            .args(["ranges", "update", "--config"])
+            .arg(&edge.config)
+            .output()
+            .unwrap();
+        let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        (output.status.code(), line)
+    };
+    let (code, line) = update(&edge);
+    assert_eq!(code, Some(0), "{line}");
+    assert_eq!(
+        (&line["outcome"], &line["entries"]),
+        (&"stored".into(), &2.into())
+    );
+    let stored = std::fs::read_to_string(ranges.join("github.txt")).unwrap();
+    assert!(stored.contains("127.0.0.5/32\n"), "{stored}");
+
+    edge.spawn();
+    let trusted: Vec<TcpStream> = (0..4).map(|_| connect_from("127.0.0.5", &edge)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        trusted.into_iter().all(|stream| !closed_by_edge(stream)),
+        "a listed sender holds more than per_source"
+    );
+    assert_eq!(
+        edge.metric(r#"edge_provider_ranges_entries{pop="test",source="github"}"#),
+        2.0
+    );
+    assert_eq!(
+        edge.metric(r#"edge_provider_ranges_stale{pop="test",source="github"}"#),
+        0.0
+    );
+
+    for (status, body, why) in [
+        (200, r#"{"hooks":["0.0.0.0/0"]}"#, "broader than"),
+        (
+            200,
+            r#"{"message":"API rate limit exceeded"}"#,
+            "nothing at /hooks",
+        ),
+        (503, "", "answered 503"),
+    ] {
+        provider.answer(status, body);
+        let (code, line) = update(&edge);
+        assert_eq!(code, Some(1), "{line}");
+        assert_eq!(line["outcome"], "kept_last_good", "{line}");
+        assert!(line["error"].as_str().unwrap().contains(why), "{line}");
+        assert_eq!(
+            line["last_good_age_seconds"].as_u64().map(|age| age < 60),
+            Some(true)
+        );
+        assert_eq!(
+            std::fs::read_to_string(ranges.join("github.txt")).unwrap(),
+            stored
+        );
+    }
+
+    provider.answer(200, r#"{"hooks":["192.30.252.0/22"]}"#);
+    let (code, line) = update(&edge);
+    assert_eq!((code, &line["removed"]), (Some(0), &1.into()), "{line}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while edge.metric(r#"edge_provider_ranges_entries{pop="test",source="github"}"#) != 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edge re-read the list"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let held: Vec<TcpStream> = (0..2).map(|_| connect_from("127.0.0.5", &edge)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        closed_by_edge(connect_from("127.0.0.5", &edge)),
+        "no longer listed: the ordinary cap"
+    );
+    drop(held);
 }
 
 #[test]

@@ -132,6 +132,12 @@ impl Admission {
         self.publish(&state);
     }
 
+    /// Replaces the sources exempt from per-source rate limits (`connections.trusted`
+    /// and the provider lists in force).
+    pub fn set_trusted(&self, trusted: Vec<IpNet>) {
+        self.state().settings.trusted = trusted;
+    }
+
     /// The shed ledger's task, when there is a ledger.
     pub fn ledger_task(&self) -> Option<tokio::task::AbortHandle> {
         self.ledger.as_ref().map(Ledger::task)

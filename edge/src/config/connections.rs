@@ -17,6 +17,9 @@ pub(super) struct RawConnections {
     /// CIDRs where many senders share addresses (provider egress ranges); also exempt
     /// from per-source rate limits. Default none.
     pub(super) trusted: Vec<ipnet::IpNet>,
+    /// Lists under `ranges.sources` whose addresses are trusted as `trusted` is, as
+    /// each list is now (re-read while running). Default none.
+    pub(super) trusted_ranges: Vec<String>,
     /// Connections from one source inside `trusted`. Default 8192.
     per_trusted_source: usize,
     /// Slots of `max` that only `trusted` sources may take (none when `trusted` is
@@ -31,6 +34,7 @@ impl Default for RawConnections {
             max_handshakes: None,
             per_source: 256,
             trusted: Vec::new(),
+            trusted_ranges: Vec::new(),
             per_trusted_source: 8192,
             trusted_reserve: None,
         }

@@ -10,6 +10,7 @@ mod backhaul;
 mod connections;
 mod http;
 mod listener;
+mod ranges;
 mod routes;
 mod spool;
 mod tls;
@@ -26,6 +27,7 @@ use edge_kit::config_file::FieldErrors;
 pub use edge_kit::config_file::{ConfigErrors, FieldError};
 pub use http::HttpSettings;
 pub use listener::ListenerSettings;
+pub use ranges::{Location, RangeSource, RangesSettings};
 pub use routes::{EarlyDataPolicy, Route, SecretFiles, default_priority};
 pub use spool::SpoolSettings;
 pub use tls::{Identity, SessionTickets, SniCert, TlsSettings, TlsVersion};
@@ -51,6 +53,11 @@ pub struct Settings {
     pub http: HttpSettings,
     /// Connection caps, overall and per source.
     pub connections: crate::conn_limits::Caps,
+    /// `connections.trusted_ranges`: the `ranges` lists whose addresses are trusted as
+    /// `connections.trusted` is, as each list is now.
+    pub trusted_ranges: Vec<String>,
+    /// Providers' published egress ranges.
+    pub ranges: RangesSettings,
     /// Load shedding.
     pub admission: AdmissionSettings,
     /// After SIGTERM, how long `/readyz` fails while requests are still served.
@@ -118,6 +125,7 @@ const RESTART_ONLY: &[&str] = &[
     "spool",
     "backhaul",
     "connections",
+    "ranges",
     "drain_grace",
     "shutdown_timeout",
     "tls.session_tickets",
@@ -151,6 +159,8 @@ struct RawConfig {
     connections: connections::RawConnections,
     #[serde(default)]
     admission: admission::RawAdmission,
+    #[serde(default)]
+    ranges: ranges::RawRanges,
     /// After SIGTERM, how long `/readyz` fails (so the route is withdrawn) while
     /// requests are still served. Default [`DEFAULT_DRAIN_GRACE`].
     #[serde(default, with = "humantime_serde")]
@@ -182,7 +192,18 @@ impl RawConfig {
         let tls = self.tls.validate(&mut errors);
         let spool = self.spool.validate(&mut errors);
         let http = self.http.validate(&mut errors);
-        let connections = self.connections.validate(&mut errors);
+        let mut raw_connections = self.connections;
+        let trusted_ranges = std::mem::take(&mut raw_connections.trusted_ranges);
+        let connections = raw_connections.validate(&mut errors);
+        let ranges = self.ranges.validate(&mut errors);
+        for name in &trusted_ranges {
+            if !ranges.sources.iter().any(|source| &source.name == name) {
+                errors.add(
+                    "connections.trusted_ranges",
+                    format!("{name:?} is not a source under ranges.sources"),
+                );
+            }
+        }
         let routes = routes::validate(self.routes, spool.segment_bytes, files, &mut errors);
         let largest_body = routes.iter().map(|r| r.max_body).max().unwrap_or(0);
         let admission = self
@@ -201,6 +222,8 @@ impl RawConfig {
             spool,
             http,
             connections,
+            trusted_ranges,
+            ranges,
             admission,
             drain_grace: self.drain_grace.unwrap_or(DEFAULT_DRAIN_GRACE),
             shutdown_timeout: self.shutdown_timeout.unwrap_or(DEFAULT_SHUTDOWN_TIMEOUT),
@@ -400,6 +423,53 @@ routes:
             "{fields:?}"
         );
         assert!(fields.contains(&"routes[2].path".to_owned()), "{fields:?}");
+    }
+
+    #[test]
+    fn provider_lists_are_named_sources_and_trusted_only_by_name() {
+        let ranges = r#"
+ranges:
+  dir: /var/lib/edge/ranges
+  sources:
+    github: { url: "https://api.github.com/meta", pointer: /hooks }
+    partners: { file: /etc/edge/partners.txt }
+connections:
+  trusted_ranges: [github]
+"#;
+        let settings = parse(&format!("{GOOD}{ranges}")).unwrap();
+        assert_eq!(settings.trusted_ranges, ["github"]);
+        assert_eq!(settings.ranges.sources.len(), 2);
+        assert_eq!(
+            settings.ranges.sources[0].location,
+            Location::Url("https://api.github.com/meta".into())
+        );
+        for (bad, field) in [
+            ("trusted_ranges: [github]", "connections.trusted_ranges"),
+            (
+                "sources: { Git Hub: { file: /x } }",
+                "ranges.sources.Git Hub",
+            ),
+            (
+                "sources: { github: { url: ftp://x } }",
+                "ranges.sources.github.url",
+            ),
+            (
+                "sources: { github: { url: https://x, file: /x } }",
+                "ranges.sources.github",
+            ),
+            (
+                "sources: { github: { url: https://x, pointer: hooks } }",
+                "ranges.sources.github.pointer",
+            ),
+        ] {
+            let text = if bad.starts_with("trusted") {
+                format!("{GOOD}connections:\n  {bad}\n")
+            } else {
+                format!("{GOOD}ranges:\n  {bad}\n")
+            };
+            let errors = errors_of(&text);
+            assert_eq!(errors[0].field, field, "{bad}: {errors:?}");
+        }
     }
 
     /// Every head the limits let through fits a spool record (64KiB per field) and,

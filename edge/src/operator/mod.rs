@@ -6,6 +6,7 @@
 pub mod backhaul;
 pub mod dead_letter;
 pub mod quarantine;
+pub mod ranges;
 pub mod replay;
 
 use base64::Engine as _;

@@ -4,6 +4,7 @@
 pub mod attack;
 pub mod h2_raw;
 pub mod nats;
+pub mod provider_ranges;
 pub mod provider_sdk;
 
 use std::io::Read;
