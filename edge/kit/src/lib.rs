@@ -11,6 +11,7 @@ pub mod logging;
 pub mod metrics;
 pub mod panic;
 pub mod process;
+pub mod ranges;
 pub mod secret;
 pub mod signals;
 pub mod watchdog;

@@ -1,11 +1,10 @@
 //! Providers' published egress ranges, kept current: `edge ranges update` fetches each
-//! configured source, checks it ([`list`]), and replaces the stored copy only with a
+//! configured source, checks it ([`edge_kit::ranges`]), and replaces the stored copy only with a
 //! good list, durably; a failed fetch keeps the last good one and says how old it is.
 //! The running edge re-reads the stored lists ([`trusted`]) and trusts their addresses
 //! as it trusts `connections.trusted`.
 
 mod fetch;
-pub mod list;
 mod metrics;
 pub(crate) mod trusted;
 
@@ -13,7 +12,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-pub use list::{ListError, RangeList};
+pub use edge_kit::ranges::{ListError, RangeList};
 pub use metrics::RangesMetrics;
 
 use crate::config::{RangeSource, RangesSettings};
@@ -98,7 +97,7 @@ pub fn stored_path(settings: &RangesSettings, source: &str) -> PathBuf {
 async fn update_one(settings: &RangesSettings, source: &RangeSource) -> io::Result<Outcome> {
     let last_good = stored(settings, &source.name);
     let fetched = fetch::fetch(&source.location).await.and_then(|body| {
-        list::parse(
+        edge_kit::ranges::parse(
             &body,
             source.pointer.as_deref(),
             settings.max_entries,

@@ -1,5 +1,6 @@
-//! A provider's egress ranges as fetched, checked and stored. Pure: bytes in, a checked
-//! list (or why it is refused) out; the stored file's text both ways.
+//! A provider's egress ranges as fetched, checked and stored: `edge ranges update` writes
+//! the file, the edge and `edge-xdp` read it. Pure: bytes in, a checked list (or why it
+//! is refused) out; the stored file's text both ways.
 //!
 //! A fetched list is refused whole, never trimmed: an empty list, one past the entry
 //! bound, an entry that does not parse, or one broader than a provider could own (a /0
