@@ -56,7 +56,8 @@ impl Location {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawRanges {
-    /// Where each source's last good list is kept. Default /var/lib/webhook-edge/ranges.
+    /// Where each source's last good list is kept. Default /var/lib/edge/ranges (the
+    /// units' state directory).
     dir: PathBuf,
     /// A list older than this is stale: `edge_provider_ranges_stale` says so, and the
     /// alert fires. Default 3d.
@@ -82,7 +83,7 @@ struct RawSource {
 impl Default for RawRanges {
     fn default() -> Self {
         Self {
-            dir: PathBuf::from("/var/lib/webhook-edge/ranges"),
+            dir: PathBuf::from("/var/lib/edge/ranges"),
             max_age: Duration::from_secs(3 * 24 * 3600),
             max_entries: 4096,
             reload_every: Duration::from_secs(30),

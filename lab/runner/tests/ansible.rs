@@ -51,6 +51,7 @@ fn units_are_hardened() {
     let repo = repo();
     let units = [
         "edge/systemd/edge.service",
+        "edge/systemd/edge-ranges.service",
         "bgp-agent/systemd/bgp-agent.service",
         "xdp/loader/systemd/edge-xdp.service",
     ];
@@ -155,10 +156,12 @@ fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         }
     }
     // The package's units, checked where they run (BIRD, which bgp-agent needs, is on pop-b).
-    let verify =
-        machines[1].run("systemd-analyze verify edge.service edge-xdp.service bgp-agent.service");
+    let verify = machines[1].run(
+        "systemd-analyze verify edge.service edge-ranges.service edge-ranges.timer edge-xdp.service bgp-agent.service",
+    );
     assert!(verify.is_ok(), "systemd-analyze verify: {verify:?}");
     for machine in machines {
+        write_provider_list(machine);
         edge_pings_the_watchdog(machine);
     }
     let announced = lab.wait_next_hops(2, Duration::from_secs(30));
@@ -173,12 +176,51 @@ fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
     });
     assert!(pops.len() == 2, "both PoPs answer: {pops:?}");
     lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
+    for machine in machines {
+        provider_list_in_force(machine);
+    }
     println!(
-        "scenario ansible-site: site.yml provisioned 2 PoPs (ExaBGP, BIRD) in {:.1} s, {} units active, 2 ECMP paths {} ms after the play, {acked}/{} webhooks acked ({pops:?}), all at the origin",
+        "scenario ansible-site: site.yml provisioned 2 PoPs (ExaBGP, BIRD) in {:.1} s, {} units active, 2 ECMP paths {} ms after the play, {acked}/{} webhooks acked ({pops:?}), all at the origin; the partners list stored by edge-ranges and in force in the edge",
         run.elapsed.as_secs_f64(),
         machines.len() * COMMON_UNITS.len() + 3,
         announced.as_millis(),
         outcomes.len(),
+    );
+}
+
+/// The operator's tooling writes the `partners` list and runs the timer's service now
+/// (the timer alone would within the hour).
+fn write_provider_list(machine: &Machine) {
+    let stored = machine.run(
+        "printf '# lab partners\\n198.51.100.0/24\\n203.0.113.7\\n' > /etc/edge/partner-ranges.txt && \
+         systemctl start edge-ranges.service && cat /var/lib/edge/ranges/partners.txt",
+    );
+    assert!(
+        stored
+            .as_ref()
+            .is_ok_and(|text| text.contains("203.0.113.7/32")),
+        "{}: edge-ranges stored {stored:?}: {}",
+        machine.name,
+        machine
+            .run("journalctl -u edge-ranges --no-pager -n 20")
+            .unwrap_or_default()
+    );
+}
+
+/// The running edge reads the stored list within `ranges.reload_every` (30 s).
+fn provider_list_in_force(machine: &Machine) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while metric(machine, "edge_provider_ranges_entries", "partners") != 2.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: the edge never took the partners list in",
+            machine.name
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(
+        metric(machine, "edge_provider_ranges_stale", "partners"),
+        0.0
     );
 }
 
@@ -766,7 +808,7 @@ fn operations(lab: &LabCli, machines: &[Machine]) {
 fn hardening(lab: &LabCli, machines: &[Machine]) {
     let (pop_a, pop_b) = (&machines[0], &machines[1]);
     let scores = pop_b
-        .run("systemd-analyze security --no-pager edge.service bgp-agent.service edge-xdp.service")
+        .run("systemd-analyze security --no-pager edge.service edge-ranges.service bgp-agent.service edge-xdp.service")
         .unwrap();
     let mut printed = Vec::new();
     for (unit, limit) in UNIT_EXPOSURE_LIMITS {
@@ -1466,9 +1508,11 @@ def probe(port):
     return port + ':' + ('open' if code == 0 else 'refused' if code == 111 else 'filtered')
 print(' '.join(f.ThreadPoolExecutor(16).map(probe, sys.argv[2:])))";
 /// `systemd-analyze security` exposure each unit must stay at or under: below
-/// systemd's own daemons for the edge and the agent; edge-xdp needs its capabilities.
-const UNIT_EXPOSURE_LIMITS: [(&str, f64); 3] = [
+/// systemd's own daemons for the edge, its list fetcher and the agent; edge-xdp needs its
+/// capabilities.
+const UNIT_EXPOSURE_LIMITS: [(&str, f64); 4] = [
     ("edge.service", 1.9),
+    ("edge-ranges.service", 1.5),
     ("bgp-agent.service", 2.5),
     ("edge-xdp.service", 3.5),
 ];
