@@ -27,18 +27,29 @@ async fn get(url: &str) -> Result<Vec<u8>, String> {
         .user_agent(concat!("webhook-edge/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| e.to_string())?;
-    let mut response = client.get(url).send().await.map_err(|e| e.to_string())?;
+    let mut response = client.get(url).send().await.map_err(|e| causes(&e))?;
     if !response.status().is_success() {
         return Err(format!("answered {}", response.status()));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(chunk) = response.chunk().await.map_err(|e| causes(&e))? {
         body.extend_from_slice(&chunk);
         if body.len() > MAX_BODY {
             break;
         }
     }
     bounded(body, url)
+}
+
+/// An error and its sources, `: `-joined ("error sending request: … Connection refused").
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
 }
 
 fn bounded(body: Vec<u8>, what: &str) -> Result<Vec<u8>, String> {
