@@ -180,7 +180,7 @@ fn provision(fleet: &Fleet, lab: &LabCli, machines: &[Machine]) {
         provider_list_in_force(machine);
     }
     println!(
-        "scenario ansible-site: site.yml provisioned 2 PoPs (ExaBGP, BIRD) in {:.1} s, {} units active, 2 ECMP paths {} ms after the play, {acked}/{} webhooks acked ({pops:?}), all at the origin; the partners list stored by edge-ranges and in force in the edge",
+        "scenario ansible-site: site.yml provisioned 2 PoPs (ExaBGP, BIRD) in {:.1} s, {} units active, 2 ECMP paths {} ms after the play, {acked}/{} webhooks acked ({pops:?}), all at the origin; the partners list stored by edge-ranges, in force in the edge and edge-xdp",
         run.elapsed.as_secs_f64(),
         machines.len() * COMMON_UNITS.len() + 3,
         announced.as_millis(),
@@ -207,7 +207,9 @@ fn write_provider_list(machine: &Machine) {
     );
 }
 
-/// The running edge reads the stored list within `ranges.reload_every` (30 s).
+/// The running edge reads the stored list within `ranges.reload_every` (30 s), and
+/// edge-xdp (group edge, no CAP_DAC_OVERRIDE) reads it for under-attack mode: its two
+/// entries and the two management networks open, the mode off.
 fn provider_list_in_force(machine: &Machine) {
     let deadline = std::time::Instant::now() + Duration::from_secs(40);
     while metric(machine, "edge_provider_ranges_entries", "partners") != 2.0 {
@@ -222,6 +224,17 @@ fn provider_list_in_force(machine: &Machine) {
         metric(machine, "edge_provider_ranges_stale", "partners"),
         0.0
     );
+    let xdp = machine
+        .run("curl -s http://127.0.0.1:9182/metrics")
+        .unwrap_or_default();
+    for (name, value) in [("xdp_open_ranges{", " 4"), ("xdp_under_attack{", "} 0")] {
+        assert!(
+            xdp.lines()
+                .any(|l| l.starts_with(name) && l.ends_with(value)),
+            "{}: edge-xdp: no {name}…{value}:\n{xdp}",
+            machine.name
+        );
+    }
 }
 
 /// The edge's unit is `Type=notify` with a watchdog, and systemd hears the pings through

@@ -16,8 +16,8 @@ use lab::dashboard::{Dashboard, instantiate};
 use lab::prometheus::Alert;
 use lab::sender::Outcome;
 use testkit::e2e::{
-    LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, RouterWatch, VIP, VIP6, failures,
-    now_ms, router_next_hops, url,
+    LabCli, MAX_REHASHED_PER_CHANGE, POP_A_ADDR, POP_B_ADDR, POPS, RouterWatch, VIP, VIP6,
+    failures, now_ms, router_next_hops, url,
 };
 
 /// Runs every scenario (or those whose name contains an argument:
@@ -115,6 +115,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         link_failure(lab, "pop-b", "BFD (300 ms x 3)")
     }),
     ("attack", attack),
+    ("under_attack", under_attack),
     ("origin_outage", origin_outage),
     ("alerts_backhaul_lag", alerts_backhaul_lag),
     ("origin_node_loss", origin_node_loss),
@@ -825,11 +826,11 @@ fn link_failure(lab: &LabCli, pop: &str, detector: &str) {
     );
 }
 
-/// A SYN flood and slowloris from the attacker at the VIP: real senders keep working.
-fn attack(lab: &LabCli) {
-    let drops_before = lab.xdp_drops();
-    // Both attacks end by themselves (packet count, test length).
-    let mut flood = lab.spawn(&[
+/// hping3's SYN flood from the attacker at the VIP's port 443, 5,000 a second, `packets`
+/// in all (it ends by itself).
+fn syn_flood(lab: &LabCli, packets: u32) -> std::process::Child {
+    let count = packets.to_string();
+    lab.spawn(&[
         "exec",
         "attacker",
         "--",
@@ -840,10 +841,17 @@ fn attack(lab: &LabCli) {
         "-i",
         "u200",
         "-c",
-        "40000",
+        &count,
         "-q",
         "192.0.2.10",
-    ]);
+    ])
+}
+
+/// A SYN flood and slowloris from the attacker at the VIP: real senders keep working.
+fn attack(lab: &LabCli) {
+    let drops_before = lab.xdp_drops();
+    // Both attacks end by themselves (packet count, test length).
+    let mut flood = syn_flood(lab, 40000);
     let mut slowloris = lab.spawn(&[
         "exec",
         "attacker",
@@ -879,6 +887,149 @@ fn attack(lab: &LabCli) {
         outcomes.len(),
         acked as f64 * 100.0 / outcomes.len() as f64
     );
+}
+
+/// Under-attack mode at the NIC: both PoPs fetch the lab's fake provider's list (the
+/// client's subnet) with `edge ranges update` and are set to `auto`; the attacker's SYN
+/// flood raises the shield on both; the client, inside the provider's range, keeps 99 %
+/// or more acknowledged while the attacker's own HTTPS requests are dropped at XDP and
+/// counted (`under_attack`); once the flood ends and the hold passes, the attacker
+/// reaches the edge again.
+fn under_attack(lab: &LabCli) {
+    lab.run(&["start", "origin", "provider"]);
+    let listening = Instant::now();
+    while lab
+        .try_run(&[
+            "exec",
+            "pop-a",
+            "--",
+            "curl",
+            "-sf",
+            "-o",
+            "/dev/null",
+            PROVIDER_URL,
+        ])
+        .is_err()
+    {
+        assert!(
+            listening.elapsed() < Duration::from_secs(10),
+            "the fake provider never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for pop in POPS {
+        let stored = fetch_provider_list(lab, pop);
+        assert!(stored.contains(r#""outcome":"stored""#), "{pop}: {stored}");
+        set_under_attack(lab, pop, "auto");
+    }
+    lab.run(&["stop", "origin", "provider"]);
+    for pop in POPS {
+        wait_for_xdp(lab, pop, r#"why="calm"} 0"#);
+    }
+    let dropped_before = lab.xdp_packets(r#"reason="under_attack""#);
+    let mut flood = syn_flood(lab, 50000);
+    for pop in POPS {
+        wait_for_xdp(lab, pop, r#"why="syn_rate"} 1"#);
+    }
+    let load = lab.load("under-attack", 50, Duration::from_secs(5));
+    let attacker = attacker_reaches_the_edge(lab);
+    let outcomes = load.finish(lab);
+    flood.wait().unwrap();
+    let dropped = lab.xdp_packets(r#"reason="under_attack""#) - dropped_before;
+    for pop in POPS {
+        wait_for_xdp(lab, pop, r#"why="calm"} 0"#);
+    }
+    let after = attacker_reaches_the_edge(lab);
+    for pop in POPS {
+        set_under_attack(lab, pop, "clear");
+    }
+    let acked = outcomes.iter().filter(|o| o.acked()).count();
+    assert!(
+        acked * 100 >= outcomes.len() * 99,
+        "{acked}/{}: {:?}",
+        outcomes.len(),
+        failures(&outcomes)
+    );
+    assert!(!attacker, "the attacker's request got through under attack");
+    assert!(
+        dropped > 1000.0,
+        "XDP dropped only {dropped} packets as under_attack"
+    );
+    assert!(after, "the attacker did not reach the edge once calm");
+    lab.assert_at_origin_once(&outcomes, Duration::from_secs(20));
+    println!(
+        "scenario under-attack: provider list fetched by both PoPs; SYN flood raised the shield on both; the client (in the provider's range) {acked}/{} acked ({:.1}%), the attacker's request dropped at XDP ({dropped} packets counted under_attack), answered again once calm",
+        outcomes.len(),
+        acked as f64 * 100.0 / outcomes.len() as f64
+    );
+}
+
+/// `edge ranges update` on `pop`: its JSON line.
+fn fetch_provider_list(lab: &LabCli, pop: &str) -> String {
+    lab.try_run(&[
+        "exec",
+        pop,
+        "--",
+        "/usr/local/bin/edge",
+        "ranges",
+        "update",
+        "--config",
+        "/etc/edge/edge.yaml",
+    ])
+    .unwrap_or_else(|e| panic!("{pop}: edge ranges update: {e}"))
+}
+
+/// `edge-xdp under-attack SET` on `pop`.
+fn set_under_attack(lab: &LabCli, pop: &str, set: &str) {
+    let config = "/etc/edge/xdp.yaml";
+    lab.run(&[
+        "exec",
+        pop,
+        "--",
+        "/usr/local/bin/edge-xdp",
+        "under-attack",
+        set,
+        "--config",
+        config,
+    ]);
+}
+
+/// The lab's fake provider's list (`lab/provider/meta.json`, served by the origin node).
+const PROVIDER_URL: &str = "http://10.0.3.2:8080/meta.json";
+
+/// Whether an HTTPS request from the attacker gets any answer from the edge in 2 s.
+fn attacker_reaches_the_edge(lab: &LabCli) -> bool {
+    let code = lab
+        .try_run(&[
+            "exec",
+            "attacker",
+            "--",
+            "curl",
+            "-sk",
+            "-m",
+            "2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "https://192.0.2.10/hooks/github",
+        ])
+        .unwrap_or_else(|e| e);
+    code.trim() != "000" && !code.trim().is_empty()
+}
+
+/// Waits (15 s at most) until `pop`'s `xdp_under_attack` line ends with `tail`.
+fn wait_for_xdp(lab: &LabCli, pop: &str, tail: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let metrics = lab.xdp_metrics(pop);
+        let line = metrics.lines().find(|l| l.starts_with("xdp_under_attack{"));
+        if line.is_some_and(|l| l.ends_with(tail)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{pop}: never …{tail}: {line:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The whole origin cluster stopped for 30 s under load: both PoPs stay announced, senders get 2xx,

@@ -378,17 +378,37 @@ impl LabCli {
 
     /// Packets the PoPs' XDP programs dropped, all reasons.
     pub fn xdp_drops(&self) -> f64 {
-        [("pop-a", POP_A_ADDR), ("pop-b", POP_B_ADDR)]
-            .iter()
-            .map(|(pop, address)| {
-                let metrics = format!("{address}:9182/metrics");
-                self.run(&["exec", pop, "--", "curl", "-s", &metrics])
+        self.xdp_packets(r#"action="drop""#)
+    }
+
+    /// Packets both PoPs' XDP programs counted on series whose labels include `label`.
+    pub fn xdp_packets(&self, label: &str) -> f64 {
+        POPS.iter()
+            .map(|pop| {
+                self.xdp_metrics(pop)
                     .lines()
-                    .filter(|l| l.starts_with("xdp_packets_total") && l.contains("action=\"drop\""))
+                    .filter(|l| l.starts_with("xdp_packets_total") && l.contains(label))
                     .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
                     .sum::<f64>()
             })
             .sum()
+    }
+
+    /// `pop`'s XDP loader's `/metrics`.
+    pub fn xdp_metrics(&self, pop: &str) -> String {
+        let address = if pop == "pop-a" {
+            POP_A_ADDR
+        } else {
+            POP_B_ADDR
+        };
+        self.run(&[
+            "exec",
+            pop,
+            "--",
+            "curl",
+            "-s",
+            &format!("{address}:9182/metrics"),
+        ])
     }
 
     /// The router's BIRD has a route to the VIP from the PoP at `address` (best or not).
@@ -677,5 +697,7 @@ pub const ORIGIN_SERVERS: [&str; 3] = ["nats-1", "nats-2", "nats-3"];
 
 /// The PoPs' addresses on their links to the router (the router's next hops).
 pub const POP_A_ADDR: &str = "10.0.1.2";
+/// The lab's PoPs.
+pub const POPS: [&str; 2] = ["pop-a", "pop-b"];
 /// PoP b's address on its link to the router.
 pub const POP_B_ADDR: &str = "10.0.2.2";

@@ -81,6 +81,11 @@ impl Lab {
         loader
     }
 
+    /// Runs the shell `command` in namespace `ns`; panics if it fails.
+    pub fn run_ok(&self, ns: &str, command: &str) {
+        netns::run_ok(ns, command).unwrap_or_else(|e| panic!("{ns}: {command}: {e:#}"));
+    }
+
     /// Runs `args` in namespace `ns` and returns its stdout.
     pub fn exec(&self, ns: &str, args: &[&str]) -> String {
         netns::output(ns, args)
@@ -88,12 +93,17 @@ impl Lab {
 
     /// Writes an edge-xdp config for the victim's veth in `mode` with `blocklist`; returns its path.
     pub fn config(&self, mode: &str, blocklist: &str) -> std::path::PathBuf {
+        self.config_with(mode, blocklist, "")
+    }
+
+    /// As [`Lab::config`], with `extra` (top-level YAML) appended.
+    pub fn config_with(&self, mode: &str, blocklist: &str, extra: &str) -> std::path::PathBuf {
         let path = self.dir.path().join("xdp.yaml");
         std::fs::write(
             &path,
             format!(
                 "pop: test\ninterface: {}\nmode: {mode}\nmetrics_listen: 127.0.0.1:19182\nprotected: [192.0.2.10/32]\n\
-                 tcp_ports: [80, 443]\nblocklist: [{blocklist}]\nsyn_rate: {{ per_second: 1, burst: 5 }}\n",
+                 tcp_ports: [80, 443]\nblocklist: [{blocklist}]\nsyn_rate: {{ per_second: 1, burst: 5 }}\n{extra}",
                 self.veth
             ),
         )
@@ -101,9 +111,14 @@ impl Lab {
         path
     }
 
+    /// The loader's `/metrics` page.
+    pub fn metrics(&self) -> String {
+        self.exec(&self.victim, &["curl", "-s", "127.0.0.1:19182/metrics"])
+    }
+
     /// The filter's counters, by reason.
     pub fn counters(&self) -> std::collections::HashMap<String, u64> {
-        let text = self.exec(&self.victim, &["curl", "-s", "127.0.0.1:19182/metrics"]);
+        let text = self.metrics();
         text.lines()
             .filter(|l| l.starts_with("xdp_packets_total"))
             .filter_map(|l| {
@@ -115,6 +130,12 @@ impl Lab {
 
     /// Sends `n` HTTP requests from the sender to the VIP; how many were answered.
     pub fn legit_requests(&self, n: usize) -> usize {
+        self.requests_from("198.18.0.1", n)
+    }
+
+    /// Sends `n` HTTP requests to the VIP from the sender's address `source`; how many
+    /// were answered.
+    pub fn requests_from(&self, source: &str, n: usize) -> usize {
         (0..n)
             .filter(|_| {
                 self.exec(
@@ -124,6 +145,8 @@ impl Lab {
                         "-s",
                         "-m",
                         "3",
+                        "--interface",
+                        source,
                         "-o",
                         "/dev/null",
                         "-w",

@@ -27,10 +27,13 @@ pub enum Reason {
     SynRate = 8,
     /// Dropped: ICMP above the global rate.
     IcmpRate = 9,
+    /// Dropped: under-attack mode, TCP to a served port from outside the open ranges
+    /// (providers' egress, management, health checks).
+    UnderAttack = 10,
 }
 
 /// How many reasons there are: the length of the counters map.
-pub const REASONS: usize = 10;
+pub const REASONS: usize = 11;
 
 impl Reason {
     /// Every reason, in counter-index order.
@@ -45,6 +48,7 @@ impl Reason {
         Reason::TcpFlags,
         Reason::SynRate,
         Reason::IcmpRate,
+        Reason::UnderAttack,
     ];
 
     /// The `reason` label in metrics.
@@ -60,6 +64,7 @@ impl Reason {
             Reason::TcpFlags => "tcp_flags",
             Reason::SynRate => "syn_rate",
             Reason::IcmpRate => "icmp_rate",
+            Reason::UnderAttack => "under_attack",
         }
     }
 
@@ -121,6 +126,10 @@ pub enum List {
     BlockV4 = 2,
     /// The IPv6 blocklist.
     BlockV6 = 3,
+    /// The IPv4 ranges open while under attack.
+    OpenV4 = 4,
+    /// The IPv6 ranges open while under attack.
+    OpenV6 = 5,
 }
 
 /// The names of the program's maps: each is a static of that name in the eBPF crate
@@ -151,8 +160,17 @@ pub mod maps {
     pub const LIMITS: &str = "LIMITS";
     /// Each list's hints.
     pub const HINTS: &str = "HINTS";
+    /// IPv4 trie of the ranges open while under attack.
+    pub const OPEN_V4: &str = "OPEN_V4";
+    /// IPv6 trie of the ranges open while under attack.
+    pub const OPEN_V6: &str = "OPEN_V6";
+    /// Whether under-attack mode holds: [`super::SHIELD_UP`] at index 0, else down.
+    pub const SHIELD: &str = "SHIELD";
+    /// New SYNs to served ports of protected prefixes, per CPU (whatever their verdict):
+    /// what the loader's automatic mode measures.
+    pub const SYNS: &str = "SYNS";
     /// The maps the loader fills or reads (the SYN and ICMP buckets are the program's own).
-    pub const FILLED: [&str; 12] = [
+    pub const FILLED: [&str; 16] = [
         COUNTERS,
         ALLOW_V4,
         ALLOW_V6,
@@ -165,11 +183,18 @@ pub mod maps {
         UDP_PORTS,
         LIMITS,
         HINTS,
+        OPEN_V4,
+        OPEN_V6,
+        SHIELD,
+        SYNS,
     ];
 }
 
 /// How many lists there are: the length of the `HINTS` map.
-pub const LISTS: u32 = 4;
+pub const LISTS: u32 = 6;
+
+/// The `SHIELD` value while under-attack mode holds.
+pub const SHIELD_UP: u32 = 1;
 
 impl Hints {
     /// Nothing listed.

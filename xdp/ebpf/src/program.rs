@@ -7,7 +7,7 @@ use aya_ebpf::maps::lpm_trie::Key;
 use aya_ebpf::maps::{Array, LpmTrie, LruHashMap, PerCpuArray};
 use aya_ebpf::programs::XdpContext;
 use xdp_common::{
-    Bucket, Counter, Hints, LISTS, Limits, List, MAX_PROTECTED, Prefix, REASONS, Reason,
+    Bucket, Counter, Hints, LISTS, Limits, List, MAX_PROTECTED, Prefix, REASONS, Reason, SHIELD_UP,
     take_token, v4_hint, v6_hint,
 };
 
@@ -44,6 +44,17 @@ static ICMP_BUCKET: Array<Bucket> = Array::with_max_entries(1, 0);
 /// Each list's [`Hints`], indexed by [`List`]: most sources skip the trie lookups.
 #[map]
 static HINTS: Array<Hints> = Array::with_max_entries(LISTS, 0);
+/// Who may reach the served ports while under attack (the loader fills it).
+#[map]
+static OPEN_V4: LpmTrie<[u8; 4], u8> = LpmTrie::with_max_entries(LIST_ENTRIES, 0);
+#[map]
+static OPEN_V6: LpmTrie<[u8; 16], u8> = LpmTrie::with_max_entries(LIST_ENTRIES, 0);
+/// `SHIELD_UP` while under-attack mode holds; the loader decides.
+#[map]
+static SHIELD: Array<u32> = Array::with_max_entries(1, 0);
+/// New SYNs to served ports, for the loader's automatic mode.
+#[map]
+static SYNS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[xdp]
 pub(crate) fn edge_xdp(ctx: XdpContext) -> u32 {
@@ -251,7 +262,17 @@ fn tcp(ctx: &XdpContext, addrs: &Addrs<'_>, l4: usize) -> Reason {
     if !served(&TCP_PORTS, port) {
         return Reason::Port;
     }
-    if flags & (SYN | ACK) == SYN && !syn_allowed(addrs) {
+    let new_connection = flags & (SYN | ACK) == SYN;
+    if new_connection && let Some(seen) = SYNS.get_ptr_mut(0) {
+        // SAFETY: this CPU's slot of a map this program owns.
+        unsafe { *seen += 1 };
+    }
+    if SHIELD.get(0).is_some_and(|shield| *shield == SHIELD_UP)
+        && !listed(addrs, (List::OpenV4, &OPEN_V4), (List::OpenV6, &OPEN_V6))
+    {
+        return Reason::UnderAttack;
+    }
+    if new_connection && !syn_allowed(addrs) {
         return Reason::SynRate;
     }
     Reason::Pass

@@ -3,13 +3,16 @@
 //! errors; errors name the file and the field.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use edge_kit::config_file::FieldErrors;
 pub use edge_kit::config_file::{ConfigErrors, FieldError};
 use ipnet::IpNet;
 use serde::Deserialize;
 use xdp_common::{MAX_BURST, MAX_PROTECTED, MAX_RATE};
+
+use crate::under_attack::shield::Mode as ShieldMode;
 
 /// Validated settings, ready to use.
 #[derive(Clone, Debug)]
@@ -36,6 +39,50 @@ pub struct Settings {
     pub syn_rate: Rate,
     /// ICMP, all sources together.
     pub icmp_rate: Rate,
+    /// Under-attack mode (`crate::under_attack`).
+    pub under_attack: UnderAttack,
+}
+
+/// When only the open ranges reach the served ports, and which ranges those are.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UnderAttack {
+    /// `off` (default), `on`, or `auto` (by the SYN rate); `edge-xdp under-attack`
+    /// overrides it until cleared.
+    pub mode: ShieldMode,
+    /// The providers' lists `edge ranges update` stores (`/var/lib/edge/ranges/NAME.txt`).
+    pub ranges: Vec<PathBuf>,
+    /// Also open: management and health-check ranges. Default none.
+    pub also_open: Vec<IpNet>,
+    /// A list older than this is not used; with none usable the mode fails open.
+    /// Default 3d.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// `auto` rises at this many new SYNs/s to the served ports. Default 20000.
+    pub syn_on: u64,
+    /// ... and falls after `hold` under this many. Default 2000.
+    pub syn_off: u64,
+    /// Default 60s.
+    #[serde(with = "humantime_serde")]
+    pub hold: Duration,
+    /// Where `edge-xdp under-attack` leaves the operator's choice. Default
+    /// /run/edge-xdp/under-attack.
+    pub override_file: PathBuf,
+}
+
+impl Default for UnderAttack {
+    fn default() -> Self {
+        Self {
+            mode: ShieldMode::Off,
+            ranges: Vec::new(),
+            also_open: Vec::new(),
+            max_age: Duration::from_secs(3 * 24 * 3600),
+            syn_on: 20_000,
+            syn_off: 2_000,
+            hold: Duration::from_secs(60),
+            override_file: PathBuf::from("/run/edge-xdp/under-attack"),
+        }
+    }
 }
 
 /// How the XDP program is attached to the interface.
@@ -99,6 +146,8 @@ struct RawSettings {
     syn_rate: Rate,
     /// ICMP, all sources together. Default 1000/s, burst 2000.
     icmp_rate: Rate,
+    /// Under-attack mode. Default off.
+    under_attack: UnderAttack,
 }
 
 impl Default for RawSettings {
@@ -121,6 +170,7 @@ impl Default for RawSettings {
                 per_second: 1000,
                 burst: 2000,
             },
+            under_attack: UnderAttack::default(),
         }
     }
 }
@@ -155,6 +205,19 @@ impl RawSettings {
                 );
             }
         }
+        let shield = &self.under_attack;
+        if shield.syn_off >= shield.syn_on {
+            errors.add(
+                "under_attack.syn_off",
+                "must be less than under_attack.syn_on",
+            );
+        }
+        if shield.mode != ShieldMode::Off && shield.ranges.is_empty() {
+            errors.add(
+                "under_attack.ranges",
+                "must name the provider lists to keep open when mode is on or auto",
+            );
+        }
         let (Some(pop), Some(interface), Some(metrics_listen)) = (pop, interface, metrics_listen)
         else {
             return Err(errors.into_errors());
@@ -171,6 +234,7 @@ impl RawSettings {
             blocklist: self.blocklist,
             syn_rate: self.syn_rate,
             icmp_rate: self.icmp_rate,
+            under_attack: self.under_attack,
         })
     }
 }

@@ -8,7 +8,7 @@ use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Array, MapData, PerCpuArray};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use ipnet::IpNet;
-use xdp_common::{Counter, Hints, Limits, List, PRESENT, Prefix, REASONS, Reason, maps};
+use xdp_common::{Counter, Hints, Limits, List, PRESENT, Prefix, REASONS, Reason, SHIELD_UP, maps};
 
 use crate::config::{Mode, Settings};
 
@@ -70,6 +70,29 @@ impl Filter {
         let mut array: Array<&mut MapData, Limits> = Array::try_from(self.map(maps::LIMITS)?)?;
         array.set(0, limits, 0)?;
         Ok(())
+    }
+
+    /// Replaces the ranges open while under attack.
+    pub fn set_open(&mut self, nets: &[IpNet]) -> anyhow::Result<()> {
+        self.set_prefixes(
+            (maps::OPEN_V4, List::OpenV4),
+            (maps::OPEN_V6, List::OpenV6),
+            nets,
+        )
+    }
+
+    /// Raises or lowers under-attack mode.
+    pub fn set_shield(&mut self, up: bool) -> anyhow::Result<()> {
+        let mut shield: Array<&mut MapData, u32> = Array::try_from(self.map(maps::SHIELD)?)?;
+        shield.set(0, if up { SHIELD_UP } else { 0 }, 0)?;
+        Ok(())
+    }
+
+    /// New SYNs to served ports seen so far, summed over CPUs.
+    pub fn new_syns(&self) -> anyhow::Result<u64> {
+        let map = self.ebpf.map(maps::SYNS).context("no SYNS map")?;
+        let per_cpu: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
+        Ok(per_cpu.get(&0, 0)?.iter().sum())
     }
 
     /// Attaches to `interface`; returns the mode in use.

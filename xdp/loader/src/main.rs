@@ -9,6 +9,7 @@ use edge_kit::signals::{Signal, Signals};
 use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
 use edge_xdp::metrics;
+use edge_xdp::under_attack::{self, Status, shield::Mode as ShieldMode};
 use parking_lot::Mutex;
 
 #[derive(Parser)]
@@ -40,6 +41,24 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Set under-attack mode on the running filter (within a second) until `clear`
+    /// returns it to the config's `under_attack.mode`: on, off, auto, clear.
+    UnderAttack {
+        #[arg(value_enum)]
+        set: UnderAttackChoice,
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+/// What `edge-xdp under-attack` sets.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum UnderAttackChoice {
+    On,
+    Off,
+    Auto,
+    /// Back to the config's mode.
+    Clear,
 }
 
 fn main() -> ExitCode {
@@ -60,6 +79,22 @@ fn main() -> ExitCode {
                 );
             }
             Command::Stats { config } => runtime.block_on(stats(config))?,
+            Command::UnderAttack { set, config } => {
+                let settings = Settings::load(&config)?;
+                let mode = match set {
+                    UnderAttackChoice::On => Some(ShieldMode::On),
+                    UnderAttackChoice::Off => Some(ShieldMode::Off),
+                    UnderAttackChoice::Auto => Some(ShieldMode::Auto),
+                    UnderAttackChoice::Clear => None,
+                };
+                let path = &settings.under_attack.override_file;
+                under_attack::set_override(path, mode)
+                    .with_context(|| path.display().to_string())?;
+                println!(
+                    "under-attack mode: {} (the running filter applies it within a second)",
+                    mode.map_or("as configured", |m| m.as_str())
+                );
+            }
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -75,12 +110,20 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     }
     tracing::info!(interface = %config.interface, mode, protected = config.protected.len(), allow = config.allowlist.len(), block = config.blocklist.len(), "XDP filter attached");
     let filter = Arc::new(Mutex::new(filter));
+    let (settings_tx, settings_rx) = tokio::sync::watch::channel(config.clone());
+    let status = Arc::new(Mutex::new(Status::default()));
+    tokio::spawn(under_attack::keep(
+        Arc::clone(&filter),
+        settings_rx,
+        Arc::clone(&status),
+    ));
     let listener = tokio::net::TcpListener::bind(config.metrics_listen)
         .await
         .with_context(|| format!("metrics_listen {}", config.metrics_listen))?;
     tokio::spawn(serve_metrics(
         listener,
         Arc::clone(&filter),
+        status,
         config.pop.clone(),
         metrics::attached(&config.pop, &config.interface, mode),
     ));
@@ -89,11 +132,14 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     while signals.next().await == Signal::Hangup {
         match Settings::load(&path) {
             Ok(new) if new.interface == config.interface => match filter.lock().apply(&new) {
-                Ok(()) => tracing::info!(
-                    allow = new.allowlist.len(),
-                    block = new.blocklist.len(),
-                    "reloaded lists and limits; program stays attached"
-                ),
+                Ok(()) => {
+                    tracing::info!(
+                        allow = new.allowlist.len(),
+                        block = new.blocklist.len(),
+                        "reloaded lists and limits; program stays attached"
+                    );
+                    let _ = settings_tx.send(new);
+                }
                 Err(e) => {
                     tracing::error!(error = %format!("{e:#}"), "reload failed part-way; maps may hold a mix until the next reload")
                 }
@@ -111,6 +157,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
 async fn serve_metrics(
     listener: tokio::net::TcpListener,
     filter: Arc<Mutex<Filter>>,
+    status: Arc<Mutex<Status>>,
     pop: String,
     attached: String,
 ) {
@@ -121,7 +168,11 @@ async fn serve_metrics(
     edge_kit::admin::serve(listener, admin, move |path| match path {
         "/metrics" => {
             let mut body = match filter.lock().counters() {
-                Ok(counters) => attached.clone() + &metrics::render(&pop, &counters),
+                Ok(counters) => {
+                    attached.clone()
+                        + &metrics::render(&pop, &counters)
+                        + &metrics::under_attack(&pop, &status.lock())
+                }
                 Err(e) => format!("{attached}# error reading counters: {e:#}\n"),
             };
             body += &edge_kit::metrics::encode(&registry);

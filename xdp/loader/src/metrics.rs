@@ -4,6 +4,8 @@ use std::fmt::Write;
 
 use xdp_common::{Counter, REASONS, Reason};
 
+use crate::under_attack::Status;
+
 /// `xdp_attached`: constant for the life of the loader, which holds the program on
 /// `interface` until it exits (a stopped loader is a target down).
 pub fn attached(pop: &str, interface: &str, mode: &str) -> String {
@@ -38,6 +40,26 @@ pub fn render(pop: &str, counters: &[Counter; REASONS]) -> String {
         );
     }
     out
+}
+
+/// Under-attack mode's state: whether it holds and why, the open ranges' size, the SYN
+/// rate it is decided by.
+pub fn under_attack(pop: &str, status: &Status) -> String {
+    format!(
+        "# HELP xdp_under_attack 1 while only the open ranges reach the served ports; why: off, forced, syn_rate, calm, fail_open.\n\
+         # TYPE xdp_under_attack gauge\n\
+         xdp_under_attack{{pop=\"{pop}\",why=\"{}\"}} {}\n\
+         # HELP xdp_open_ranges Entries of the ranges open under attack (provider lists in force and also_open).\n\
+         # TYPE xdp_open_ranges gauge\n\
+         xdp_open_ranges{{pop=\"{pop}\"}} {}\n\
+         # HELP xdp_new_syns_per_second New SYNs to the served ports per second, over the last second.\n\
+         # TYPE xdp_new_syns_per_second gauge\n\
+         xdp_new_syns_per_second{{pop=\"{pop}\"}} {}\n",
+        status.verdict.why.as_str(),
+        u8::from(status.verdict.up),
+        status.open_entries,
+        status.syn_rate,
+    )
 }
 
 /// The `edge-xdp stats` table.

@@ -537,3 +537,87 @@ fn list_hints_only_skip_sources_the_lists_cannot_hold() {
         expect(&f, &ack6(src), reason, what);
     }
 }
+
+/// Under attack only the open ranges reach the served ports; the allowlist, other ports
+/// and an open sender's own SYN budget behave as before; new SYNs are counted whatever
+/// their verdict; lowered, every source passes again.
+#[test]
+fn under_attack_only_open_ranges_reach_the_served_ports() {
+    testkit::require_root!("loading an XDP program");
+    let mut f = filter();
+    let open = Ipv4Addr::new(140, 82, 112, 9);
+    let open6 = Ipv6Addr::new(0x2a0a, 0xa440, 0, 0, 0, 0, 0, 7);
+    f.set_open(&[
+        "140.82.112.0/20".parse().unwrap(),
+        "2a0a:a440::/29".parse().unwrap(),
+    ])
+    .unwrap();
+    f.set_shield(true).unwrap();
+    let syns_before = f.new_syns().unwrap();
+    let syn = |src, port| ipv4(src, VIP, 6, &tcp(port, SYN)).bytes();
+    expect(&f, &syn(open, 443), Reason::Pass, "a provider's SYN");
+    expect(
+        &f,
+        &syn(CLIENT, 443),
+        Reason::UnderAttack,
+        "anyone else's SYN",
+    );
+    expect(
+        &f,
+        &ipv4(CLIENT, VIP, 6, &tcp(443, ACK)).bytes(),
+        Reason::UnderAttack,
+        "anyone else's established flow",
+    );
+    expect(
+        &f,
+        &ipv6(CLIENT6, VIP6, &[], 6, &tcp(443, SYN)).bytes(),
+        Reason::UnderAttack,
+        "anyone else over IPv6",
+    );
+    expect(
+        &f,
+        &ipv6(open6, VIP6, &[], 6, &tcp(443, SYN)).bytes(),
+        Reason::Pass,
+        "a provider over IPv6",
+    );
+    expect(
+        &f,
+        &syn(CLIENT, 22),
+        Reason::Port,
+        "other ports keep their rule",
+    );
+    expect(
+        &f,
+        &syn(Ipv4Addr::new(198, 51, 100, 4), 443),
+        Reason::Allowlist,
+        "management is allowlisted",
+    );
+    for _ in 0..2 {
+        expect(
+            &f,
+            &syn(open, 443),
+            Reason::Pass,
+            "within the provider's burst",
+        );
+    }
+    expect(
+        &f,
+        &syn(open, 443),
+        Reason::SynRate,
+        "past its own SYN budget",
+    );
+    // Seven SYNs to 443 after the allowlist (which passes before anything is counted).
+    assert_eq!(
+        f.new_syns().unwrap() - syns_before,
+        7,
+        "every new SYN to a served port"
+    );
+
+    f.set_shield(false).unwrap();
+    expect(
+        &f,
+        &syn(Ipv4Addr::new(100, 64, 9, 9), 443),
+        Reason::Pass,
+        "lowered: anyone",
+    );
+}

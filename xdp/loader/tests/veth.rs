@@ -3,38 +3,13 @@
 //! each kind of junk; a legitimate HTTP client keeps working; the counters match what was
 //! sent; SIGHUP swaps the blocklist without detaching. Root.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use testkit::xdp::Lab;
 
 fn junk_counts_match(mode: &str, tag: &str) {
     let mut lab = Lab::new(tag);
-    let victim = lab.victim.clone();
-    lab.spawn(
-        &victim,
-        &[
-            "/usr/bin/python3",
-            "-u",
-            "-m",
-            "http.server",
-            "80",
-            "--bind",
-            "192.0.2.10",
-        ],
-        "http.log",
-    );
-    // The loader can be ready before python listens: a refused curl is not a drop.
-    let serving = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(lab.dir.path().join("http.log"))
-        .unwrap_or_default()
-        .contains("Serving HTTP")
-    {
-        assert!(
-            Instant::now() < serving,
-            "http.server not listening in 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    serve_http(&mut lab);
     let config = lab.config(mode, "203.0.113.0/24");
     let loader = lab.start_loader(&config);
     let log = std::fs::read_to_string(lab.dir.path().join("xdp.log")).unwrap();
@@ -124,4 +99,145 @@ fn veth_driver_mode() {
 fn veth_skb_mode() {
     testkit::require_root!("XDP on a veth in network namespaces");
     junk_counts_match("skb", "s");
+}
+
+/// Under-attack mode on a real interface. Forced on, the listed sender keeps being served
+/// and another address of the same host is dropped and counted; the operator's `off`
+/// lifts it within a second; in `auto` a SYN flood raises it and calm lowers it after the
+/// hold; a provider list older than `max_age` fails open.
+#[test]
+fn under_attack_mode_keeps_only_the_provider_ranges() {
+    testkit::require_root!("XDP on a veth in network namespaces");
+    let mut lab = Lab::new("u");
+    serve_http(&mut lab);
+    // A second sender address, in no provider's range.
+    lab.run_ok(&lab.sender, "ip addr add 10.99.0.1/32 dev lo");
+    lab.run_ok(&lab.victim, "ip route add 10.99.0.1/32 via 198.18.0.1");
+    let list = lab.dir.path().join("github.txt");
+    write_list(&list, SystemTime::now());
+    let config = lab.config_with(
+        "skb",
+        "203.0.113.0/24",
+        &format!(
+            "under_attack: {{ mode: on, ranges: [{}], syn_on: 300, syn_off: 50, hold: 4s, override_file: {} }}\n",
+            list.display(),
+            lab.dir.path().join("override").display()
+        ),
+    );
+    lab.start_loader(&config);
+    wait_for_shield(&lab, 1, "forced");
+    assert_eq!(
+        lab.legit_requests(3),
+        3,
+        "a provider's sender, under attack"
+    );
+    assert_eq!(
+        lab.requests_from("10.99.0.1", 1),
+        0,
+        "anyone else, under attack"
+    );
+    let dropped = lab.counters()["under_attack"];
+    assert!(dropped >= 1, "counted at the NIC: {dropped}");
+
+    under_attack(&config, "off");
+    wait_for_shield(&lab, 0, "off");
+    assert_eq!(
+        lab.requests_from("10.99.0.1", 2),
+        2,
+        "everyone, once lifted"
+    );
+
+    under_attack(&config, "auto");
+    wait_for_shield(&lab, 0, "calm");
+    lab.scapy(
+        "send(IP(src=RandIP('100.64.0.0/16'), dst=VIP)/TCP(sport=RandShort(), dport=443, flags='S'), count=3000)",
+    );
+    wait_for_shield(&lab, 1, "syn_rate");
+    let before = lab.counters()["under_attack"];
+    lab.scapy("send(IP(src='10.99.0.7', dst=VIP)/TCP(dport=443, flags='S'), count=5)");
+    assert_eq!(
+        lab.legit_requests(2),
+        2,
+        "a provider's sender, during the flood's hold"
+    );
+    assert_eq!(
+        lab.counters()["under_attack"],
+        before + 5,
+        "the outsider's SYNs"
+    );
+    wait_for_shield(&lab, 0, "calm");
+    assert_eq!(lab.requests_from("10.99.0.1", 1), 1, "calm again: everyone");
+
+    under_attack(&config, "clear");
+    wait_for_shield(&lab, 1, "forced");
+    write_list(
+        &list,
+        SystemTime::now() - Duration::from_secs(4 * 24 * 3600),
+    );
+    wait_for_shield(&lab, 0, "fail_open");
+    assert_eq!(
+        lab.requests_from("10.99.0.1", 1),
+        1,
+        "with no current provider list the shield stays down"
+    );
+}
+
+/// Starts an HTTP server on the VIP in the victim and waits until it listens.
+fn serve_http(lab: &mut Lab) {
+    let victim = lab.victim.clone();
+    lab.spawn(
+        &victim,
+        &[
+            "/usr/bin/python3",
+            "-u",
+            "-m",
+            "http.server",
+            "80",
+            "--bind",
+            "192.0.2.10",
+        ],
+        "http.log",
+    );
+    // The loader can be ready before python listens: a refused curl is not a drop.
+    let serving = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(lab.dir.path().join("http.log"))
+        .unwrap_or_default()
+        .contains("Serving HTTP")
+    {
+        assert!(
+            Instant::now() < serving,
+            "http.server not listening in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A provider list as `edge ranges update` stores it, holding the legitimate sender.
+fn write_list(path: &std::path::Path, fetched: SystemTime) {
+    let list = edge_kit::ranges::parse(b"198.18.0.1\n", None, 16, fetched).unwrap();
+    std::fs::write(path, list.render("the test")).unwrap();
+}
+
+/// `edge-xdp under-attack SET --config CONFIG`.
+fn under_attack(config: &std::path::Path, set: &str) {
+    let status = std::process::Command::new(testkit::built_binary("edge-xdp"))
+        .args(["under-attack", set, "--config"])
+        .arg(config)
+        .status()
+        .unwrap();
+    assert!(status.success(), "edge-xdp under-attack {set}");
+}
+
+/// Waits (10 s at most) until `xdp_under_attack` is `up` for `why`.
+fn wait_for_shield(lab: &Lab, up: u8, why: &str) {
+    let want = format!("xdp_under_attack{{pop=\"test\",why=\"{why}\"}} {up}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = lab.metrics();
+        if metrics.lines().any(|line| line == want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {want}: {metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
