@@ -14,7 +14,7 @@
 use http::{HeaderMap, HeaderName};
 use sha2::{Digest as _, Sha256};
 
-use crate::verify::{self, Provider};
+use crate::verify::Provider;
 
 /// Longest provider event id accepted; provider ids are far shorter, so a longer one
 /// is malformed.
@@ -27,46 +27,50 @@ pub const MAX_EVENT_KEY_LEN: usize = MAX_EVENT_ID_LEN + MAC_SUFFIX.len() + MAC_H
 pub enum EventIdError {
     /// The header that should carry it is missing.
     #[error("missing event id: header {0}")]
-    MissingHeader(&'static str),
-    /// The body field that should carry it is missing.
-    #[error("missing event id: the JSON body has no string field `{0}`")]
-    MissingBodyField(&'static str),
+    MissingHeader(String),
+    /// The body field that should carry it (a JSON pointer) is missing.
+    #[error("missing event id: the JSON body has no string at `{0}`")]
+    MissingBodyField(String),
     /// It is empty, too long or not printable ASCII.
     #[error("event id longer than {MAX_EVENT_ID_LEN} bytes or not visible ASCII")]
     Invalid,
 }
 
+/// Where a generic (`hmac`) route's configuration says its event id is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfiguredId {
+    /// A header (`hmac.id_header`), which the signature does not cover.
+    Header(HeaderName),
+    /// A JSON pointer into the signed body (`hmac.id_pointer`).
+    Pointer(String),
+}
+
 /// The de-duplication key of a verified request (see the module's documentation).
-/// `id_header` is the generic scheme's configured header; where a provider sends no
-/// id, the key is the SHA-256 of the body, so identical redeliveries still collapse.
-/// `mac` is the signature that verified the request.
+/// `configured` is a generic route's id source; where a provider sends no id, or a
+/// generic route's id is absent, the key is the SHA-256 of the body, so identical
+/// redeliveries still collapse. `mac` is the signature that verified the request.
 pub fn event_id(
     provider: Provider,
-    id_header: Option<&HeaderName>,
+    configured: Option<&ConfiguredId>,
     headers: &HeaderMap,
     body: &[u8],
     mac: &[u8],
 ) -> Result<String, EventIdError> {
-    let source = IdSource::of(provider);
+    let source = IdSource::of(provider, configured);
     let id = match source {
-        IdSource::Header(name) | IdSource::SignedHeader(name) => header_id(headers, name)?,
-        IdSource::BodyField(field) => {
-            body_field(body, field).ok_or(EventIdError::MissingBodyField(field))?
+        IdSource::Header(name) | IdSource::SignedHeader(name) => {
+            header_id(headers, name)?.ok_or_else(|| EventIdError::MissingHeader(name.to_owned()))?
         }
-        IdSource::BodyFieldOrDigest(field) => {
-            body_field(body, field).unwrap_or_else(|| body_digest(body))
-        }
-        IdSource::MailgunToken => {
-            verify::mailgun_token(body).ok_or(EventIdError::MissingBodyField("signature.token"))?
-        }
-        IdSource::BodyDigest => body_digest(body),
-        IdSource::ConfiguredHeader => match id_header.and_then(|name| headers.get(name)) {
-            Some(value) => value
-                .to_str()
-                .map_err(|_| EventIdError::Invalid)?
-                .to_owned(),
+        IdSource::HeaderOrDigest(name) => match header_id(headers, name)? {
+            Some(id) => id,
             None => return Ok(body_digest(body)),
         },
+        IdSource::BodyField(pointer) => body_field(body, pointer)
+            .ok_or_else(|| EventIdError::MissingBodyField(pointer.to_owned()))?,
+        IdSource::BodyFieldOrDigest(pointer) => {
+            body_field(body, pointer).unwrap_or_else(|| body_digest(body))
+        }
+        IdSource::BodyDigest => body_digest(body),
     };
     let visible = id.bytes().all(|b| b.is_ascii_graphic());
     if id.is_empty() || id.len() > MAX_EVENT_ID_LEN || !visible {
@@ -119,16 +123,14 @@ pub const ORIGIN_KEY_PREFIX: &str = "r1-";
 /// only in the body, which a refused request never has read.
 pub fn claimed_id(
     provider: Provider,
-    id_header: Option<&HeaderName>,
+    configured: Option<&ConfiguredId>,
     headers: &HeaderMap,
 ) -> Option<String> {
-    let value = match IdSource::of(provider) {
-        IdSource::Header(name) | IdSource::SignedHeader(name) => headers.get(name),
-        IdSource::ConfiguredHeader => id_header.and_then(|name| headers.get(name)),
-        IdSource::BodyField(_)
-        | IdSource::BodyFieldOrDigest(_)
-        | IdSource::MailgunToken
-        | IdSource::BodyDigest => None,
+    let value = match IdSource::of(provider, configured) {
+        IdSource::Header(name) | IdSource::SignedHeader(name) | IdSource::HeaderOrDigest(name) => {
+            headers.get(name)
+        }
+        IdSource::BodyField(_) | IdSource::BodyFieldOrDigest(_) | IdSource::BodyDigest => None,
     }?;
     let id = value.to_str().ok()?.trim();
     let visible = id.bytes().all(|b| b.is_ascii_graphic());
@@ -168,65 +170,71 @@ pub fn kept_headers(provider: Provider, headers: &HeaderMap) -> Vec<(String, Vec
 }
 
 /// Where a provider's event id is, and whether its signature covers it: the one table
-/// [`event_id`] and [`claimed_id`] read.
+/// [`event_id`] and [`claimed_id`] read. Body fields are JSON pointers.
 #[derive(Clone, Copy)]
-enum IdSource {
+enum IdSource<'a> {
     /// A header the signature does not cover: the key is the id with that signature.
-    Header(&'static str),
+    Header(&'a str),
+    /// A configured header, not covered either; without it, the body's digest.
+    HeaderOrDigest(&'a str),
     /// A header the signature covers (Standard Webhooks signs `webhook-id`).
-    SignedHeader(&'static str),
-    /// A string field of the signed JSON body.
-    BodyField(&'static str),
-    /// A string field of the signed JSON body, else the body's digest (Slack's slash
-    /// commands and interactions have no event id).
-    BodyFieldOrDigest(&'static str),
-    /// Mailgun's `signature.token`, signed in the body.
-    MailgunToken,
+    SignedHeader(&'a str),
+    /// A string in the signed JSON body.
+    BodyField(&'a str),
+    /// A string in the signed JSON body, else the body's digest (Slack's slash commands
+    /// and interactions have no event id; a generic route's body may lack its field).
+    BodyFieldOrDigest(&'a str),
     /// No id at all: the signed body's SHA-256.
     BodyDigest,
-    /// The generic route's `id_header` (not signed), else the body's digest.
-    ConfiguredHeader,
 }
 
-impl IdSource {
-    fn of(provider: Provider) -> Self {
+impl<'a> IdSource<'a> {
+    fn of(provider: Provider, configured: Option<&'a ConfiguredId>) -> Self {
         match provider {
             Provider::Github => IdSource::Header("x-github-delivery"),
             Provider::Shopify => IdSource::Header("x-shopify-webhook-id"),
             Provider::Linear => IdSource::Header("linear-delivery"),
             Provider::Standard => IdSource::SignedHeader("webhook-id"),
-            Provider::Stripe | Provider::Intercom => IdSource::BodyField("id"),
-            Provider::Paddle => IdSource::BodyField("event_id"),
-            Provider::Slack => IdSource::BodyFieldOrDigest("event_id"),
-            Provider::Mailgun => IdSource::MailgunToken,
+            Provider::Stripe | Provider::Intercom => IdSource::BodyField("/id"),
+            Provider::Paddle => IdSource::BodyField("/event_id"),
+            // The delivery's random token, signed with the timestamp (`verify::mailgun`).
+            Provider::Mailgun => IdSource::BodyField("/signature/token"),
+            Provider::Slack => IdSource::BodyFieldOrDigest("/event_id"),
             Provider::Zoom
             | Provider::Discord
             | Provider::Sendgrid
             | Provider::Pagerduty
             | Provider::Twilio => IdSource::BodyDigest,
-            Provider::Hmac => IdSource::ConfiguredHeader,
+            Provider::Hmac => match configured {
+                Some(ConfiguredId::Header(name)) => IdSource::HeaderOrDigest(name.as_str()),
+                Some(ConfiguredId::Pointer(pointer)) => IdSource::BodyFieldOrDigest(pointer),
+                None => IdSource::BodyDigest,
+            },
         }
     }
 
-    /// Whether a matching signature vouches for the id as well as the body. A
-    /// configured header's id is not; without one the body's digest is returned as it is.
+    /// Whether a matching signature vouches for the id as well as the body.
     fn is_signed(self) -> bool {
-        !matches!(self, IdSource::Header(_) | IdSource::ConfiguredHeader)
+        !matches!(self, IdSource::Header(_) | IdSource::HeaderOrDigest(_))
     }
 }
 
-fn header_id(headers: &HeaderMap, name: &'static str) -> Result<String, EventIdError> {
-    let value = headers.get(name).ok_or(EventIdError::MissingHeader(name))?;
-    Ok(value
-        .to_str()
-        .map_err(|_| EventIdError::Invalid)?
-        .trim()
-        .to_owned())
+/// The header's value, trimmed; `None` when it is absent.
+fn header_id(headers: &HeaderMap, name: &str) -> Result<Option<String>, EventIdError> {
+    headers
+        .get(name)
+        .map(|value| {
+            value
+                .to_str()
+                .map(|id| id.trim().to_owned())
+                .map_err(|_| EventIdError::Invalid)
+        })
+        .transpose()
 }
 
-fn body_field(body: &[u8], field: &str) -> Option<String> {
+fn body_field(body: &[u8], pointer: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    value.get(field)?.as_str().map(str::to_owned)
+    value.pointer(pointer)?.as_str().map(str::to_owned)
 }
 
 fn body_digest(body: &[u8]) -> String {
@@ -256,9 +264,16 @@ mod tests {
         let custom = HeaderName::from_static("x-request-id");
         headers.insert(&custom, "req-9".parse().unwrap());
         assert_eq!(
-            claimed_id(Provider::Hmac, Some(&custom), &headers).as_deref(),
+            claimed_id(
+                Provider::Hmac,
+                Some(&ConfiguredId::Header(custom)),
+                &headers
+            )
+            .as_deref(),
             Some("req-9")
         );
+        let pointer = ConfiguredId::Pointer("/id".into());
+        assert_eq!(claimed_id(Provider::Hmac, Some(&pointer), &headers), None);
     }
     use crate::verify::test_support::headers;
 
@@ -299,19 +314,19 @@ mod tests {
         let none = headers(&[]);
         assert_eq!(
             event_id(Provider::Github, None, &none, b"{}", MAC),
-            Err(EventIdError::MissingHeader("x-github-delivery"))
+            Err(EventIdError::MissingHeader("x-github-delivery".into()))
         );
         assert_eq!(
             event_id(Provider::Stripe, None, &none, b"{}", MAC),
-            Err(EventIdError::MissingBodyField("id"))
+            Err(EventIdError::MissingBodyField("/id".into()))
         );
         assert_eq!(
             event_id(Provider::Stripe, None, &none, b"not json", MAC),
-            Err(EventIdError::MissingBodyField("id"))
+            Err(EventIdError::MissingBodyField("/id".into()))
         );
         assert_eq!(
             event_id(Provider::Stripe, None, &none, br#"{"id":7}"#, MAC),
-            Err(EventIdError::MissingBodyField("id"))
+            Err(EventIdError::MissingBodyField("/id".into()))
         );
     }
 
@@ -346,7 +361,7 @@ mod tests {
             event_id(Provider::Hmac, None, &none, slash_command, MAC).unwrap(),
             id
         );
-        let name = HeaderName::from_static("x-request-id");
+        let name = ConfiguredId::Header(HeaderName::from_static("x-request-id"));
         let h = headers(&[("x-request-id", "r-1")]);
         assert_eq!(
             event_id(Provider::Hmac, Some(&name), &h, b"", MAC).unwrap(),
@@ -355,6 +370,33 @@ mod tests {
         assert_eq!(
             event_id(Provider::Hmac, Some(&name), &none, slash_command, MAC).unwrap(),
             id
+        );
+    }
+
+    #[test]
+    fn mailguns_key_is_its_signed_token() {
+        let body = br#"{"signature":{"timestamp":"1","token":"tok-5a1f","signature":"ab"},"event-data":{}}"#;
+        assert_eq!(
+            event_id(Provider::Mailgun, None, &headers(&[]), body, MAC).unwrap(),
+            "tok-5a1f"
+        );
+    }
+
+    /// A generic route's id in its signed body, by JSON pointer: kept as it is (signed);
+    /// a body without it is keyed by its digest, as a route without an id is.
+    #[test]
+    fn a_configured_pointer_takes_a_signed_id_from_the_body() {
+        let none = headers(&[]);
+        let pointer = ConfiguredId::Pointer("/event/id".into());
+        let body = br#"{"event":{"id":"ev_42","type":"paid"}}"#;
+        assert_eq!(
+            event_id(Provider::Hmac, Some(&pointer), &none, body, MAC).unwrap(),
+            "ev_42"
+        );
+        let without = br#"{"event":{"type":"paid"}}"#;
+        assert_eq!(
+            event_id(Provider::Hmac, Some(&pointer), &none, without, MAC).unwrap(),
+            event_id(Provider::Hmac, None, &none, without, MAC).unwrap()
         );
     }
 

@@ -665,6 +665,28 @@ connections:
     }
 
     #[test]
+    fn a_generic_routes_id_is_a_header_or_a_pointer_into_the_body() {
+        let with = |id: &str| {
+            GOOD.replace(
+                r#"prefix: "sha512=" }"#,
+                &format!(r#"prefix: "sha512=", {id} }}"#),
+            )
+        };
+        let settings = parse(&with("id_pointer: /data/id")).unwrap();
+        assert_eq!(
+            settings.routes[4].configured_id,
+            Some(crate::event::ConfiguredId::Pointer("/data/id".into()))
+        );
+        for bad in ["id_pointer: data.id", "id_header: X-Id, id_pointer: /id"] {
+            let errors = errors_of(&with(bad));
+            assert_eq!(
+                errors[0].field, "routes[4].hmac.id_pointer",
+                "{bad}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
     fn load_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("edge.yaml");

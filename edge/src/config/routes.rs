@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::admission::limiter::Priority;
 use crate::admission::rate_limit::Rate;
+use crate::event::ConfiguredId;
 use crate::verify::{
     self, Challenge, Digest, Encoding, HmacSpec, Labels, Provider, Scheme, TimestampSource,
     TimestampSpec, Verifier,
@@ -28,8 +29,8 @@ pub struct Route {
     pub provider: Provider,
     /// Checks signatures with the route's secrets.
     pub verifier: Verifier,
-    /// A header that carries the event id instead of the provider's own.
-    pub id_header: Option<HeaderName>,
+    /// Where a generic route's event id is (`hmac.id_header` or `hmac.id_pointer`).
+    pub configured_id: Option<ConfiguredId>,
     /// Largest body accepted; past it, 413.
     pub max_body: u64,
     /// The status answered once the event is stored.
@@ -119,7 +120,10 @@ struct RawHmac {
     encoding: Option<Encoding>,
     #[serde(default)]
     prefix: String,
+    /// A header carrying the event id (not signed: keyed with the signature).
     id_header: Option<String>,
+    /// A JSON pointer to the event id in the signed body (e.g. `/event/id`).
+    id_pointer: Option<String>,
     /// Splits the header into parts (several signatures, or signature and timestamp
     /// fields); default: the whole value is one signature.
     separator: Option<char>,
@@ -242,7 +246,7 @@ impl RawRoute {
         if dedupe_window == 0 {
             errors.add(at("dedupe_window"), "must be positive");
         }
-        let (scheme, id_header) =
+        let (scheme, configured_id) =
             scheme(self.provider, self.hmac, tolerance, keys.public, at, errors)?;
         let rate_limit = self.rate_limit.map(|rate| {
             if !(rate.per_second > 0.0 && rate.burst >= 1.0) {
@@ -258,7 +262,7 @@ impl RawRoute {
             path: self.path,
             provider: self.provider,
             verifier: Verifier::new(scheme, keys.keys),
-            id_header,
+            configured_id,
             max_body,
             ack_status,
             dedupe_window,
@@ -383,7 +387,7 @@ fn scheme(
     public_keys: bool,
     at: &dyn Fn(&str) -> String,
     errors: &mut FieldErrors,
-) -> Option<(Scheme, Option<HeaderName>)> {
+) -> Option<(Scheme, Option<ConfiguredId>)> {
     let scheme = match (provider, hmac) {
         (Provider::Hmac, Some(hmac)) => {
             let header = header_name(&hmac.header, "hmac.header", at, errors);
@@ -429,12 +433,33 @@ fn scheme(
                 timestamp,
                 signed: signed?,
             };
-            return Some((Scheme::Hmac(spec), id_header));
+            let configured_id = match (id_header, hmac.id_pointer) {
+                (Some(_), Some(_)) => {
+                    errors.add(
+                        at("hmac.id_pointer"),
+                        "set id_header or id_pointer, not both",
+                    );
+                    None
+                }
+                (Some(name), None) => Some(ConfiguredId::Header(name)),
+                (None, Some(pointer)) if pointer.starts_with('/') => {
+                    Some(ConfiguredId::Pointer(pointer))
+                }
+                (None, Some(_)) => {
+                    errors.add(
+                        at("hmac.id_pointer"),
+                        "must be a JSON pointer into the body (starts with /)",
+                    );
+                    None
+                }
+                (None, None) => None,
+            };
+            return Some((Scheme::Hmac(spec), configured_id));
         }
         (Provider::Hmac, None) => {
             errors.add(
                 at("hmac"),
-                "required when provider is hmac (header, algorithm, encoding, prefix, separator, timestamp, signed, id_header)",
+                "required when provider is hmac (header, algorithm, encoding, prefix, separator, timestamp, signed, id_header or id_pointer)",
             );
             return None;
         }

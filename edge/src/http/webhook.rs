@@ -149,7 +149,7 @@ async fn handle_route(
     }
     let event_id = match event::event_id(
         route.provider,
-        route.id_header.as_ref(),
+        route.configured_id.as_ref(),
         &parts.headers,
         &body,
         verified.mac(),
@@ -418,7 +418,7 @@ fn refused(
     };
     let claimed_id = crate::event::claimed_id(
         entry.route.provider,
-        entry.route.id_header.as_ref(),
+        entry.route.configured_id.as_ref(),
         headers,
     );
     if let Some(id) = &claimed_id {

@@ -33,13 +33,6 @@ pub(super) fn read_body(body: &[u8], tolerance: Duration) -> Result<SignedHead, 
         })
 }
 
-/// The delivery's token (`signature.token`): its de-duplication key.
-pub fn token(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<Envelope>(body)
-        .ok()
-        .map(|envelope| envelope.signature.token)
-}
-
 #[derive(Deserialize)]
 struct Envelope {
     signature: Signed,
@@ -110,7 +103,6 @@ mod tests {
             Err(VerifyError::Mismatch),
             "the token is signed"
         );
-        assert_eq!(token(&signed).as_deref(), Some("tok1"));
     }
 
     #[test]

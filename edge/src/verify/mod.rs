@@ -42,7 +42,6 @@ pub use generic_hmac::{
     Encoding, HmacSpec, Labels, Piece, TemplateError, TimestampSource, TimestampSpec,
     parse_template, preset,
 };
-pub use mailgun::token as mailgun_token;
 pub use sendgrid::decode_public_key as decode_sendgrid_public_key;
 pub use signed_head::{Digest, MAX_SIGNATURES, VerifyError};
 pub use standard::{
