@@ -548,6 +548,38 @@ connections:
         assert_eq!(errors[0].field, "routes[0].secrets_file", "{errors:?}");
     }
 
+    /// Public keys as a console exports them: PEM blocks in a `secrets_file`, one key a
+    /// block (RFC 8410's Ed25519 example), beside a hex one; a block left open is named.
+    #[test]
+    fn public_keys_can_be_pem_blocks_in_a_secrets_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n-----END PUBLIC KEY-----\n";
+        std::fs::write(
+            dir.path().join("discord"),
+            format!(
+                "# the application's keys\n{pem}{}\n",
+                "ab".repeat(16) + &"19".repeat(16)
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("open"), &pem[..pem.len() - 26]).unwrap();
+        let files = SecretFiles {
+            credentials_dir: Some(dir.path().to_owned()),
+            config_dir: None,
+        };
+        let route = |file: &str| {
+            GOOD.replace(
+                "routes:\n",
+                &format!("routes:\n  - path: /hooks/discord\n    provider: discord\n    secrets_file: {file}\n"),
+            )
+        };
+        let settings = parse_with(&route("discord"), &files).unwrap();
+        let shown = format!("{:?}", settings.routes[0].verifier);
+        assert!(shown.contains("<2 redacted>"), "{shown}");
+        let errors = parse_with(&route("open"), &files).unwrap_err();
+        assert_eq!(errors[0].field, "routes[0].secrets_file[0]", "{errors:?}");
+    }
+
     #[test]
     fn a_secret_of_the_wrong_type_is_named_not_echoed() {
         let text = GOOD.replace(r#"["s3cret", "old-s3cret"]"#, r#""hunter2-in-the-log""#);

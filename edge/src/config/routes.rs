@@ -294,7 +294,9 @@ impl SecretFiles {
         }
     }
 
-    /// The secrets in `file`, one a line. The error names the file, never its content.
+    /// The secrets in `file`, one a line (`#` comments), or a PEM block a key (public
+    /// keys as providers' consoles export them). The error names the file, never its
+    /// content.
     fn read(&self, file: &Path) -> Result<Vec<String>, String> {
         let path = match (&self.credentials_dir, &self.config_dir) {
             _ if file.is_absolute() => file.to_owned(),
@@ -304,12 +306,24 @@ impl SecretFiles {
         };
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        Ok(text
-            .lines()
-            .map(str::trim)
-            .filter(|line| !line.is_empty() && !line.starts_with('#'))
-            .map(str::to_owned)
-            .collect())
+        let mut secrets = Vec::new();
+        let mut pem: Option<String> = None;
+        for line in text.lines().map(str::trim) {
+            if let Some(block) = pem.as_mut() {
+                block.push('\n');
+                block.push_str(line);
+                if line.starts_with("-----END") {
+                    secrets.extend(pem.take());
+                }
+            } else if line.starts_with("-----BEGIN") {
+                pem = Some(line.to_owned());
+            } else if !line.is_empty() && !line.starts_with('#') {
+                secrets.push(line.to_owned());
+            }
+        }
+        // An unfinished block is kept, so that its key is refused by name.
+        secrets.extend(pem);
+        Ok(secrets)
     }
 }
 
@@ -339,7 +353,7 @@ fn secret_keys(
         let key = match provider {
             _ if secret.is_empty() => Err("must not be empty"),
             Provider::Discord => verify::decode_discord_public_key(secret)
-                .ok_or("must be the application's public key: 64 hex digits"),
+                .ok_or("must be the application's public key: 64 hex digits or a PEM PUBLIC KEY"),
             Provider::Sendgrid => verify::decode_sendgrid_public_key(secret)
                 .ok_or("must be SendGrid's verification key: base64 of a P-256 public key"),
             Provider::Standard => match verify::decode_standard_public_key(secret) {
@@ -347,8 +361,9 @@ fn secret_keys(
                     public_keys += 1;
                     Ok(key)
                 }
-                None => verify::decode_standard_secret(secret)
-                    .ok_or("must be whsec_ (a secret) or whpk_ (a public key) followed by base64"),
+                None => verify::decode_standard_secret(secret).ok_or(
+                    "must be whsec_ (a secret) or whpk_ (a public key) followed by base64, or a PEM PUBLIC KEY",
+                ),
             },
             _ => Ok(secret.as_bytes().to_vec()),
         };

@@ -24,10 +24,12 @@ pub(super) fn read_head(
     })
 }
 
-/// A route's key: the application's Ed25519 public key, as the developer portal shows it.
-pub fn decode_public_key(hex_key: &str) -> Option<Vec<u8>> {
-    hex::decode(hex_key.trim())
+/// A route's key: the application's Ed25519 public key, as the developer portal shows it
+/// (hex), or as a PEM `PUBLIC KEY`.
+pub fn decode_public_key(key: &str) -> Option<Vec<u8>> {
+    hex::decode(key.trim())
         .ok()
+        .or_else(|| super::public_key::ed25519_from_pem(key))
         .filter(|key| key.len() == PUBLIC_KEY_LEN && ParsedPublicKey::new(&ED25519, key).is_ok())
 }
 

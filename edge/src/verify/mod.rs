@@ -15,6 +15,7 @@ mod challenge;
 mod discord;
 mod generic_hmac;
 mod mailgun;
+mod public_key;
 mod sendgrid;
 mod signed_head;
 mod slack;

@@ -29,12 +29,7 @@ pub(super) fn read_head(
 /// `SubjectPublicKeyInfo` for P-256, with or without PEM's armour lines; `None` when it
 /// is not one.
 pub fn decode_public_key(key: &str) -> Option<Vec<u8>> {
-    let base64: String = key
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.starts_with("-----"))
-        .collect();
-    let der = STANDARD.decode(base64).ok()?;
+    let der = super::public_key::pem_der(key).or_else(|| STANDARD.decode(key.trim()).ok())?;
     ParsedPublicKey::new(&ECDSA_P256_SHA256_ASN1, &der)
         .is_ok()
         .then_some(der)

@@ -26,12 +26,15 @@ pub fn decode_secret(secret: &str) -> Option<Vec<u8>> {
     BASE64.decode(encoded).ok().filter(|key| !key.is_empty())
 }
 
-/// The Ed25519 key of a `whpk_<base64>` public key; `None` when it is not of that form.
+/// The Ed25519 key of a `whpk_<base64>` public key, or of a PEM `PUBLIC KEY`; `None`
+/// when it is neither.
 pub fn decode_public_key(key: &str) -> Option<Vec<u8>> {
-    let encoded = key.strip_prefix("whpk_")?;
-    BASE64.decode(encoded).ok().filter(|key| {
-        key.len() == ED25519_PUBLIC_KEY_LEN && ParsedPublicKey::new(&ED25519, key).is_ok()
-    })
+    let raw = match key.strip_prefix("whpk_") {
+        Some(encoded) => BASE64.decode(encoded).ok()?,
+        None => super::public_key::ed25519_from_pem(key)?,
+    };
+    (raw.len() == ED25519_PUBLIC_KEY_LEN && ParsedPublicKey::new(&ED25519, &raw).is_ok())
+        .then_some(raw)
 }
 
 /// Which signatures a route checks: `v1` HMACs, or `v1a` Ed25519 signatures.
