@@ -482,7 +482,6 @@ fn scheme(
             errors.add(at("hmac"), "only allowed when provider is hmac");
             return None;
         }
-        (Provider::Stripe, None) => Scheme::Stripe { tolerance },
         (Provider::Slack, None) => Scheme::Slack { tolerance },
         (Provider::Standard, None) if public_keys => Scheme::StandardEd25519 { tolerance },
         (Provider::Standard, None) => Scheme::Standard { tolerance },
@@ -493,6 +492,7 @@ fn scheme(
         (Provider::Twilio, None) => Scheme::Twilio,
         (
             Provider::Github
+            | Provider::Stripe
             | Provider::Shopify
             | Provider::Paddle
             | Provider::Pagerduty

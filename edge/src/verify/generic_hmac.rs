@@ -168,6 +168,21 @@ pub fn preset(provider: Provider, tolerance: Duration) -> Option<HmacSpec> {
             encoding: Encoding::Base64,
             ..body_signature("x-shopify-hmac-sha256", Digest::Sha256, "")
         },
+        // `Stripe-Signature: t=<unix>,v1=<hex>[,v1=…][,v0=…]` over `t.body`; several
+        // `v1` while Stripe rolls a secret, `v0` (test mode's legacy) ignored.
+        Provider::Stripe => HmacSpec {
+            header: HeaderName::from_static("stripe-signature"),
+            digest: Digest::Sha256,
+            encoding: Encoding::Hex,
+            prefix: "v1=".into(),
+            separator: Some(','),
+            timestamp: Some(TimestampSpec {
+                source: TimestampSource::Field("t=".into()),
+                tolerance,
+            }),
+            signed: vec![Piece::Timestamp, Piece::Text(".".into())],
+            labels: Labels::preset("stripe-signature"),
+        },
         // `Paddle-Signature: ts=<unix>;h1=<hex>[;h1=…]` over `ts:body`.
         Provider::Paddle => HmacSpec {
             header: HeaderName::from_static("paddle-signature"),
@@ -217,7 +232,10 @@ pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHe
         Some(separator) => {
             for part in value.split(separator).map(str::trim) {
                 if let Some(raw) = field.and_then(|field| part.strip_prefix(field)) {
-                    field_timestamp = Some(raw);
+                    // Two signed timestamps: which one was signed is anyone's guess.
+                    if field_timestamp.replace(raw).is_some() {
+                        return Err(VerifyError::MalformedHeader(spec.labels.timestamp));
+                    }
                 } else if let Some(encoded) = part.strip_prefix(spec.prefix.as_str()) {
                     signatures.push(decode(spec.encoding, encoded))?;
                 }
@@ -232,7 +250,7 @@ pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHe
                     configured_header(headers, name, spec.labels.timestamp)?
                 }
                 TimestampSource::Field(_) => {
-                    field_timestamp.ok_or(VerifyError::MissingHeader(spec.labels.timestamp))?
+                    field_timestamp.ok_or(VerifyError::MalformedHeader(spec.labels.timestamp))?
                 }
             };
             Some(SignedTimestamp {
@@ -460,7 +478,7 @@ mod tests {
         let no_ts = headers(&[("paddle-signature", &format!("h1={h1}"))]);
         assert_eq!(
             verify_at(&s, key, &no_ts, body, at(1_700_000_004)),
-            Err(VerifyError::MissingHeader("paddle-signature"))
+            Err(VerifyError::MalformedHeader("paddle-signature"))
         );
     }
 
@@ -593,4 +611,181 @@ mod tests {
     }
 
     const TOL: Duration = Duration::from_secs(300);
+
+    /// The Stripe preset against Stripe's documented construction, its libraries'
+    /// leniencies and the floods the cap refuses.
+    mod stripe {
+        use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+        use hmac::{Hmac, Mac};
+        use http::HeaderMap;
+        use sha2::Sha256;
+
+        use crate::verify::test_support::headers;
+        use crate::verify::{MAX_SIGNATURES, Provider, Scheme, Verifier, VerifyError, preset};
+
+        fn verify(
+            secrets: &[Vec<u8>],
+            headers: &HeaderMap,
+            body: &[u8],
+            now: SystemTime,
+            tolerance: Duration,
+        ) -> Result<(), VerifyError> {
+            let stripe = preset(Provider::Stripe, tolerance).unwrap();
+            Verifier::new(Scheme::Hmac(stripe), secrets.to_vec())
+                .verify(headers, body, now)
+                .map(|_| ())
+        }
+
+        const SIGNATURE_HEADER: &str = "stripe-signature";
+        const SECRET: &[u8] = b"whsec_test_secret";
+        const BODY: &[u8] = br#"{"id":"evt_1","object":"event"}"#;
+        const T: u64 = 1_700_000_000;
+        const TOL: Duration = Duration::from_secs(300);
+
+        fn sign(secret: &[u8], t: u64, body: &[u8]) -> String {
+            let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+            mac.update(format!("{t}.").as_bytes());
+            mac.update(body);
+            hex::encode(mac.finalize().into_bytes())
+        }
+
+        fn at(secs: u64) -> SystemTime {
+            UNIX_EPOCH + Duration::from_secs(secs)
+        }
+
+        // Cross-checked with `printf '1700000000.{"id":"evt_1","object":"event"}' |
+        // openssl dgst -sha256 -hmac whsec_test_secret`.
+        const OPENSSL_SIGNATURE: &str =
+            "0c8670ed117751cc551a20e35839447075c42800ea3cf3e8a2fbda99cd1e6edd";
+
+        #[test]
+        fn matches_an_independent_implementation() {
+            assert_eq!(sign(SECRET, T, BODY), OPENSSL_SIGNATURE);
+        }
+
+        #[test]
+        fn accepts_a_fresh_signature_and_any_of_several_v1() {
+            let good = sign(SECRET, T, BODY);
+            let h = headers(&[("Stripe-Signature", &format!("t={T},v1={good}"))]);
+            assert_eq!(
+                verify(&[SECRET.to_vec()], &h, BODY, at(T + 10), TOL),
+                Ok(())
+            );
+
+            let rolled = format!("t={T},v1={},v1={good},v0=00", "ab".repeat(32));
+            let h = headers(&[("Stripe-Signature", &rolled)]);
+            assert_eq!(verify(&[SECRET.to_vec()], &h, BODY, at(T), TOL), Ok(()));
+        }
+
+        /// stripe-python's `verify_header` accepts a valid `v1` beside one that cannot be a
+        /// MAC; so does the edge.
+        #[test]
+        fn a_malformed_candidate_beside_a_valid_one_is_skipped() {
+            let good = sign(SECRET, T, BODY);
+            for header in [
+                format!("t={T},v1=deadbeef,v1={good}"),
+                format!("t={T},v1=zz,v1={good}"),
+                format!("t={T},v1=,v1={good}"),
+            ] {
+                let h = headers(&[("Stripe-Signature", &header)]);
+                assert_eq!(
+                    verify(&[SECRET.to_vec()], &h, BODY, at(T), TOL),
+                    Ok(()),
+                    "{header}"
+                );
+            }
+        }
+
+        #[test]
+        fn rotated_secret_on_our_side() {
+            let good = sign(b"old", T, BODY);
+            let h = headers(&[("Stripe-Signature", &format!("t={T},v1={good}"))]);
+            let secrets = vec![b"new".to_vec(), b"old".to_vec()];
+            assert_eq!(verify(&secrets, &h, BODY, at(T), TOL), Ok(()));
+            assert_eq!(
+                verify(&secrets[..1], &h, BODY, at(T), TOL),
+                Err(VerifyError::Mismatch)
+            );
+        }
+
+        #[test]
+        fn tolerance_both_sides() {
+            let good = sign(SECRET, T, BODY);
+            let h = headers(&[("Stripe-Signature", &format!("t={T},v1={good}"))]);
+            let s = [SECRET.to_vec()];
+            assert_eq!(verify(&s, &h, BODY, at(T + 300), TOL), Ok(()));
+            assert_eq!(
+                verify(&s, &h, BODY, at(T + 301), TOL),
+                Err(VerifyError::StaleTimestamp)
+            );
+            assert_eq!(
+                verify(&s, &h, BODY, at(T - 301), TOL),
+                Err(VerifyError::FutureTimestamp)
+            );
+        }
+
+        #[test]
+        fn timestamp_is_covered_by_the_signature() {
+            let good = sign(SECRET, T, BODY);
+            let h = headers(&[("Stripe-Signature", &format!("t={},v1={good}", T + 1))]);
+            assert_eq!(
+                verify(&[SECRET.to_vec()], &h, BODY, at(T), TOL),
+                Err(VerifyError::Mismatch)
+            );
+        }
+
+        #[test]
+        fn malformed_headers() {
+            let s = [SECRET.to_vec()];
+            let malformed = Err(VerifyError::MalformedHeader(SIGNATURE_HEADER));
+            assert_eq!(
+                verify(&s, &headers(&[]), BODY, at(T), TOL),
+                Err(VerifyError::MissingHeader(SIGNATURE_HEADER))
+            );
+            let short = "ab".repeat(31);
+            for bad in [
+                "",
+                "t=1",
+                "v1=00",
+                "t=1,t=2,v1=00",
+                "t=1,v1=zz",
+                "garbage",
+                "t=1,v1=",
+                &format!("t=1,v1={short}"),
+            ] {
+                let h = headers(&[("Stripe-Signature", bad)]);
+                assert_eq!(verify(&s, &h, BODY, at(T), TOL), malformed, "{bad}");
+            }
+            // A non-numeric timestamp cannot have been signed by the secret holder.
+            let h = headers(&[("Stripe-Signature", &format!("t=abc,v1={}", "00".repeat(32)))]);
+            assert_eq!(verify(&s, &h, BODY, at(T), TOL), Err(VerifyError::Mismatch));
+        }
+
+        /// The flood that cost 2.4 s a request: more candidates than the cap, empty or
+        /// real-looking, make the header malformed before any MAC is computed.
+        #[test]
+        fn signature_floods_are_malformed_not_computed() {
+            let s = [SECRET.to_vec()];
+            let good = sign(SECRET, T, BODY);
+            let empties = format!("t={T},{}", vec!["v1="; 3500].join(","));
+            let over_cap = format!(
+                "t={T},{},v1={good}",
+                vec![format!("v1={}", "ab".repeat(32)); MAX_SIGNATURES].join(",")
+            );
+            for flood in [empties, over_cap] {
+                let h = headers(&[("Stripe-Signature", &flood)]);
+                assert_eq!(
+                    verify(&s, &h, BODY, at(T), TOL),
+                    Err(VerifyError::MalformedHeader(SIGNATURE_HEADER))
+                );
+            }
+            let at_cap = format!(
+                "t={T},{},v1={good}",
+                vec![format!("v1={}", "ab".repeat(32)); MAX_SIGNATURES - 1].join(",")
+            );
+            let h = headers(&[("Stripe-Signature", &at_cap)]);
+            assert_eq!(verify(&s, &h, BODY, at(T), TOL), Ok(()));
+        }
+    }
 }
