@@ -553,6 +553,19 @@ pub(crate) mod test_support {
         map
     }
 
+    /// What `scheme` with `secrets` says of a request for `/`, at `now`.
+    pub(crate) fn verdict(
+        scheme: super::Scheme,
+        secrets: &[Vec<u8>],
+        headers: &HeaderMap,
+        body: &[u8],
+        now: std::time::SystemTime,
+    ) -> Result<(), super::VerifyError> {
+        super::Verifier::new(scheme, secrets.to_vec())
+            .verify(headers, body, now)
+            .map(|_| ())
+    }
+
     /// Each of `values` in `header` (beside the `others`) is a malformed header for
     /// `verifier`, refused before any key is tried.
     pub(crate) fn assert_malformed(

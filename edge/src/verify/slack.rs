@@ -62,8 +62,8 @@ mod tests {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use super::*;
-    use crate::verify::test_support::headers;
-    use crate::verify::{Scheme, Verifier};
+    use crate::verify::Scheme;
+    use crate::verify::test_support::{headers, verdict};
 
     fn verify(
         secrets: &[Vec<u8>],
@@ -72,9 +72,7 @@ mod tests {
         now: SystemTime,
         tolerance: Duration,
     ) -> Result<(), VerifyError> {
-        Verifier::new(Scheme::Slack { tolerance }, secrets.to_vec())
-            .verify(headers, body, now)
-            .map(|_| ())
+        verdict(Scheme::Slack { tolerance }, secrets, headers, body, now)
     }
 
     // The worked example in Slack's "Verifying requests from Slack" documentation.

@@ -79,7 +79,7 @@ mod tests {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use super::*;
-    use crate::verify::test_support::headers;
+    use crate::verify::test_support::{headers, verdict};
     use crate::verify::{MAX_SIGNATURES, Scheme, Verifier};
 
     fn verify(
@@ -89,9 +89,7 @@ mod tests {
         now: SystemTime,
         tolerance: Duration,
     ) -> Result<(), VerifyError> {
-        Verifier::new(Scheme::Standard { tolerance }, secrets.to_vec())
-            .verify(headers, body, now)
-            .map(|_| ())
+        verdict(Scheme::Standard { tolerance }, secrets, headers, body, now)
     }
 
     // The Standard Webhooks specification's published test vector.
