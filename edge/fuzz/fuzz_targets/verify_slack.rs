@@ -1,12 +1,9 @@
 #![no_main]
-use edge::verify::Scheme;
-use edge_fuzz::TOLERANCE;
+use edge::verify::{Provider, Scheme, preset};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    edge_fuzz::verify(
-        Scheme::Slack {
-            tolerance: TOLERANCE,
-        },
-        data,
-    )
+    let Some(spec) = preset(Provider::Slack, edge_fuzz::TOLERANCE) else {
+        unreachable!("slack is a preset");
+    };
+    edge_fuzz::verify(Scheme::Hmac(spec), data)
 });

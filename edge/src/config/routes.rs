@@ -482,10 +482,8 @@ fn scheme(
             errors.add(at("hmac"), "only allowed when provider is hmac");
             return None;
         }
-        (Provider::Slack, None) => Scheme::Slack { tolerance },
         (Provider::Standard, None) if public_keys => Scheme::StandardEd25519 { tolerance },
         (Provider::Standard, None) => Scheme::Standard { tolerance },
-        (Provider::Zoom, None) => Scheme::Zoom { tolerance },
         (Provider::Discord, None) => Scheme::Discord { tolerance },
         (Provider::Sendgrid, None) => Scheme::Sendgrid { tolerance },
         (Provider::Mailgun, None) => Scheme::Mailgun { tolerance },
@@ -493,6 +491,8 @@ fn scheme(
         (
             Provider::Github
             | Provider::Stripe
+            | Provider::Slack
+            | Provider::Zoom
             | Provider::Shopify
             | Provider::Paddle
             | Provider::Pagerduty

@@ -144,7 +144,7 @@ async fn handle_route(
         Ok(permit) => permit,
         Err(reason) => return refused(app, entry, &parts.headers, Refusal::Shed(reason)),
     };
-    if let Some(answer) = route.verifier.handshake(&body, &verified) {
+    if let Some(answer) = route.verifier.handshake(route.provider, &body, &verified) {
         return handshake_answered(answer);
     }
     let event_id = match event::event_id(

@@ -168,6 +168,12 @@ pub fn preset(provider: Provider, tolerance: Duration) -> Option<HmacSpec> {
             encoding: Encoding::Base64,
             ..body_signature("x-shopify-hmac-sha256", Digest::Sha256, "")
         },
+        // `X-Slack-Signature: v0=<hex>` over `v0:{X-Slack-Request-Timestamp}:{body}`.
+        Provider::Slack => {
+            v0_signature("x-slack-signature", "x-slack-request-timestamp", tolerance)
+        }
+        // Slack's construction under Zoom's header names.
+        Provider::Zoom => v0_signature("x-zm-signature", "x-zm-request-timestamp", tolerance),
         // `Stripe-Signature: t=<unix>,v1=<hex>[,v1=…][,v0=…]` over `t.body`; several
         // `v1` while Stripe rolls a secret, `v0` (test mode's legacy) ignored.
         Provider::Stripe => HmacSpec {
@@ -276,6 +282,32 @@ pub(super) fn read_head(spec: &HmacSpec, headers: &HeaderMap) -> Result<SignedHe
         }
     }
     signatures.into_head(prefix, timestamp)
+}
+
+/// `{header}: v0=<hex>` over `v0:{timestamp}:{body}`, the timestamp in a header of its own
+/// (Slack's construction, which Zoom reuses).
+fn v0_signature(header: &'static str, timestamp: &'static str, tolerance: Duration) -> HmacSpec {
+    HmacSpec {
+        header: HeaderName::from_static(header),
+        digest: Digest::Sha256,
+        encoding: Encoding::Hex,
+        prefix: "v0=".into(),
+        separator: None,
+        timestamp: Some(TimestampSpec {
+            source: TimestampSource::Header(HeaderName::from_static(timestamp)),
+            tolerance,
+        }),
+        signed: vec![
+            Piece::Text("v0:".into()),
+            Piece::Timestamp,
+            Piece::Text(":".into()),
+        ],
+        labels: Labels {
+            signature: header,
+            timestamp,
+            id: Labels::CONFIGURED.id,
+        },
+    }
 }
 
 /// A preset's one signature of the body alone, whole in `header` after `prefix`.

@@ -147,11 +147,6 @@ impl Keys {
 /// How a route's signatures are checked.
 #[derive(Clone, Debug)]
 pub enum Scheme {
-    /// HMAC-SHA256 of `v0:timestamp:body`.
-    Slack {
-        /// The largest age (or lead) of the signed timestamp accepted.
-        tolerance: Duration,
-    },
     /// Ed25519 of `id.timestamp.body`, base64 (`v1a`), with `whpk_` public keys.
     StandardEd25519 {
         /// The largest age (or lead) of the signed timestamp accepted.
@@ -159,11 +154,6 @@ pub enum Scheme {
     },
     /// HMAC-SHA256 of `id.timestamp.body`, base64.
     Standard {
-        /// The largest age (or lead) of the signed timestamp accepted.
-        tolerance: Duration,
-    },
-    /// HMAC-SHA256 of `v0:timestamp:body`, under Zoom's header names.
-    Zoom {
         /// The largest age (or lead) of the signed timestamp accepted.
         tolerance: Duration,
     },
@@ -240,14 +230,12 @@ impl Verifier {
                 let reader = BodyReader::Twilio(twilio::read_head(uri, headers)?);
                 return Ok(Verification::in_body(self.keys.clone(), reader));
             }
-            Scheme::Slack { tolerance } => slack::read_head(headers, *tolerance)?,
             Scheme::Standard { tolerance } => {
                 standard::read_head(headers, *tolerance, standard::Version::V1)?
             }
             Scheme::StandardEd25519 { tolerance } => {
                 standard::read_head(headers, *tolerance, standard::Version::V1a)?
             }
-            Scheme::Zoom { tolerance } => zoom::read_head(headers, *tolerance)?,
             Scheme::Discord { tolerance } => discord::read_head(headers, *tolerance)?,
             Scheme::Sendgrid { tolerance } => sendgrid::read_head(headers, *tolerance)?,
             Scheme::Hmac(spec) => generic_hmac::read_head(spec, headers)?,
@@ -255,15 +243,18 @@ impl Verifier {
         Ok(Verification::new(&self.keys, head))
     }
 
-    /// The answer when a verified `body` is the scheme's own handshake rather than an
+    /// The answer when a verified `body` is `provider`'s own handshake rather than an
     /// event (Slack `url_verification`, Zoom `endpoint.url_validation`, Discord `PING`):
     /// answered, never stored.
-    pub fn handshake(&self, body: &[u8], verified: &Verified) -> Option<ChallengeAnswer> {
-        match self.scheme {
-            Scheme::Slack { .. } => {
-                slack::url_verification_challenge(body).map(ChallengeAnswer::text)
-            }
-            Scheme::Zoom { .. } => {
+    pub fn handshake(
+        &self,
+        provider: Provider,
+        body: &[u8],
+        verified: &Verified,
+    ) -> Option<ChallengeAnswer> {
+        match provider {
+            Provider::Slack => slack::url_verification_challenge(body).map(ChallengeAnswer::text),
+            Provider::Zoom => {
                 let plain = zoom::url_validation_token(body)?;
                 // The token's HMAC under the secret that verified the request, so that
                 // it holds mid-rotation.
@@ -273,7 +264,7 @@ impl Verifier {
                     "encryptedToken": hex::encode(encrypted),
                 })))
             }
-            Scheme::Discord { .. } => discord::is_ping(body).then(ChallengeAnswer::no_content),
+            Provider::Discord => discord::is_ping(body).then(ChallengeAnswer::no_content),
             _ => None,
         }
     }

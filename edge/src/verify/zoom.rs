@@ -1,23 +1,8 @@
 //! Zoom: `x-zm-signature: v0=<hex>`, HMAC-SHA256 of `"v0:{ts}:{body}"` where `ts` is
-//! `x-zm-request-timestamp` (Slack's construction under Zoom's names). Zoom validates an
-//! endpoint with a signed `endpoint.url_validation` event whose `plainToken` must come
-//! back with its HMAC under the same secret ([`url_validation_token`]).
-
-use std::time::Duration;
-
-use http::HeaderMap;
-
-use super::signed_head::{SignedHead, VerifyError};
-
-pub(super) const SIGNATURE_HEADER: &str = "x-zm-signature";
-pub(super) const TIMESTAMP_HEADER: &str = "x-zm-request-timestamp";
-
-pub(super) fn read_head(
-    headers: &HeaderMap,
-    tolerance: Duration,
-) -> Result<SignedHead, VerifyError> {
-    super::slack::v0_head(headers, tolerance, SIGNATURE_HEADER, TIMESTAMP_HEADER)
-}
+//! `x-zm-request-timestamp` (Slack's construction under Zoom's names, a preset of the
+//! scheme language). Zoom validates an endpoint with a signed `endpoint.url_validation`
+//! event whose `plainToken` must come back with its HMAC under the same secret
+//! ([`url_validation_token`]).
 
 /// The `plainToken` when `body` is Zoom's
 /// `{"event":"endpoint.url_validation","payload":{"plainToken":"…"}}` (call only after
@@ -44,12 +29,21 @@ mod tests {
     use hmac::{Hmac, Mac};
     use sha2::Sha256;
 
+    use std::time::Duration;
+
     use super::*;
     use crate::verify::test_support::headers;
-    use crate::verify::{Scheme, Verifier};
+    use crate::verify::{Provider, Scheme, Verifier, VerifyError, preset};
+
+    const SIGNATURE_HEADER: &str = "x-zm-signature";
+    const TIMESTAMP_HEADER: &str = "x-zm-request-timestamp";
 
     const TOL: Duration = Duration::from_secs(300);
     const TS: &str = "1700000000";
+
+    fn zoom() -> Scheme {
+        Scheme::Hmac(preset(Provider::Zoom, TOL).unwrap())
+    }
 
     fn signature(secret: &[u8], ts: &str, body: &[u8]) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
@@ -59,10 +53,7 @@ mod tests {
     }
 
     fn verify(signature: &str, body: &[u8], now: u64) -> Result<usize, VerifyError> {
-        let verifier = Verifier::new(
-            Scheme::Zoom { tolerance: TOL },
-            vec![b"old-token".to_vec(), b"zoom-token".to_vec()],
-        );
+        let verifier = Verifier::new(zoom(), vec![b"old-token".to_vec(), b"zoom-token".to_vec()]);
         let headers = headers(&[(SIGNATURE_HEADER, signature), (TIMESTAMP_HEADER, TS)]);
         let at = UNIX_EPOCH + Duration::from_secs(now);
         verifier.verify(&headers, body, at).map(|v| v.key())
@@ -93,10 +84,7 @@ mod tests {
             ("x-slack-signature", &good),
             ("x-slack-request-timestamp", TS),
         ]);
-        let verifier = Verifier::new(
-            Scheme::Zoom { tolerance: TOL },
-            vec![b"zoom-token".to_vec()],
-        );
+        let verifier = Verifier::new(zoom(), vec![b"zoom-token".to_vec()]);
         assert_eq!(
             verifier
                 .verify(&slack_named, body, SystemTime::now())
