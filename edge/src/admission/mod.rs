@@ -121,8 +121,9 @@ impl Admission {
     }
 
     /// Settings from a reload, in force for the next request. The limiter keeps what it
-    /// learnt (see [`Limiter::reconfigure`]); the rate-limit exemption stays with the
-    /// running `connections.trusted`, which changes only at a restart.
+    /// learnt (see [`Limiter::reconfigure`]); the rate-limit exemption stays as it is:
+    /// `connections.trusted` changes only at a restart, the provider lists through
+    /// [`Admission::set_trusted`].
     pub fn reconfigure(&self, mut settings: AdmissionSettings) {
         let mut state = self.state();
         settings.trusted = std::mem::take(&mut state.settings.trusted);
