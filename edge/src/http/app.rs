@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use prometheus_client::metrics::counter::Counter;
+
 use super::metrics::HttpMetrics;
 use crate::admission::Admission;
 use crate::config::{Route, Settings};
@@ -37,6 +39,9 @@ pub(crate) struct App {
 pub(crate) struct RouteEntry {
     pub route: Route,
     pub name: Arc<str>,
+    /// `edge_requests_total` for this route's acknowledgement status, the answer to
+    /// nearly every request it gets.
+    pub acknowledged: Counter,
 }
 
 impl App {
@@ -53,6 +58,7 @@ impl App {
                 let entry = RouteEntry {
                     route: route.clone(),
                     name: Arc::from(route.name.as_str()),
+                    acknowledged: metrics.requests_answered(&route.name, route.ack_status),
                 };
                 (route.path.clone(), Arc::new(entry))
             })

@@ -62,6 +62,17 @@ impl HttpMetrics {
         metrics
     }
 
+    /// The counter of `route`'s answers with `status`, resolved once: a route's
+    /// acknowledgements are counted through it without building a label per request.
+    pub fn requests_answered(&self, route: &str, status: http::StatusCode) -> Counter {
+        self.requests
+            .get_or_create(&RouteStatus {
+                route: route.to_owned(),
+                status: status.as_u16(),
+            })
+            .clone()
+    }
+
     pub fn request(&self, route: &str, status: http::StatusCode) {
         self.requests
             .get_or_create(&RouteStatus {

@@ -76,7 +76,11 @@ pub(crate) async fn handle(
             response
         }
     };
-    app.metrics.request(&entry.name, response.status());
+    if response.status() == entry.route.ack_status {
+        entry.acknowledged.inc();
+    } else {
+        app.metrics.request(&entry.name, response.status());
+    }
     response.headers_mut().insert(POP_HEADER, app.pop.clone());
     discard_rest(body, parts.version, &response);
     Ok(response)
