@@ -28,17 +28,17 @@ pub(crate) struct ConnectionBuilders {
     pub h2_control_frames_per_second: u32,
 }
 
-/// hyper parses request heads up to twice the configured limits, so that the request
-/// path answers a head over them with a 431 its sender reads (hyper's own 431 closes the
-/// connection while a client may still be sending, and curl then loses it); beyond
-/// twice, hyper refuses by itself.
+/// hyper parses request heads up to twice the configured limits (fields: see
+/// [`parsed_headers`]), so that the request path answers a head over them with a 431 its
+/// sender reads (hyper's own 431 closes the connection while a client may still be
+/// sending, and curl then loses it); beyond that, hyper refuses by itself.
 pub(crate) fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders {
     let mut http1 = http1::Builder::new();
     // The head deadline is `DeadlineIo`'s: hyper's would also end idle keep-alives.
     http1
         .header_read_timeout(None)
         .max_buf_size((settings.max_header_bytes * HEAD_PARSE_FACTOR).max(8192))
-        .max_headers(settings.max_headers * HEAD_PARSE_FACTOR);
+        .max_headers(parsed_headers(settings.max_headers));
     let mut http2 = http2::Builder::new(TokioExecutor::new());
     http2
         .timer(TokioTimer::new())
@@ -58,5 +58,35 @@ pub(crate) fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders
     }
 }
 
+/// How many fields hyper parses in an HTTP/1.1 head: twice `http.max_headers`, but no
+/// more than hyper keeps on the stack when the limit fits there (past it, hyper takes two
+/// heap arrays for every request's head). A head over that still gets a 431, hyper's.
+fn parsed_headers(max_headers: usize) -> usize {
+    let parsed = max_headers * HEAD_PARSE_FACTOR;
+    if max_headers <= HYPER_INLINE_HEADERS {
+        parsed.min(HYPER_INLINE_HEADERS)
+    } else {
+        parsed
+    }
+}
+
 /// How far past the configured head limits hyper parses (see [`connection_builders`]).
 const HEAD_PARSE_FACTOR: usize = 2;
+
+/// The head fields hyper 1.x parses into arrays on the stack (`DEFAULT_MAX_HEADERS`).
+const HYPER_INLINE_HEADERS: usize = 100;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyper_parses_twice_the_field_limit_but_stays_on_the_stack_below_it() {
+        assert_eq!(parsed_headers(40), 80);
+        assert_eq!(parsed_headers(50), 100);
+        assert_eq!(parsed_headers(64), 100, "65..=100 fields still get our 431");
+        assert_eq!(parsed_headers(100), 100);
+        assert_eq!(parsed_headers(101), 202);
+        assert_eq!(parsed_headers(256), 512);
+    }
+}

@@ -300,7 +300,7 @@ impl Server {
         if error.is_parse_too_large() {
             self.metrics.http.reject("header_too_large");
             if self.refusal_log.allow() {
-                tracing::info!(%peer, "request head over twice http.max_header_bytes/max_headers: answered 431 and closed (logged at most once a second)");
+                tracing::info!(%peer, "request head past what hyper parses (twice http.max_header_bytes, or more fields than twice http.max_headers, at most 100 below 100): answered 431 and closed (logged at most once a second)");
             }
         } else if error.is_timeout() {
             // hyper's only timer: the HTTP/2 PING answer (the head deadline is DeadlineIo's).
