@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use edge_kit::ranges::NetSet;
 use ipnet::IpNet;
 use tokio_util::sync::CancellationToken;
 
@@ -192,6 +193,9 @@ impl ConnUsage {
 #[derive(Debug)]
 pub(crate) struct ConnTable {
     caps: Caps,
+    /// The trusted sources in force: `caps.trusted` at start, then the set given to
+    /// [`ConnTable::set_trusted`].
+    trusted: NetSet,
     total: usize,
     untrusted: usize,
     handshakes: usize,
@@ -220,6 +224,7 @@ struct Tracked {
 impl ConnTable {
     pub(crate) fn new(caps: Caps) -> Self {
         Self {
+            trusted: NetSet::new(&caps.trusted),
             caps,
             total: 0,
             untrusted: 0,
@@ -232,8 +237,8 @@ impl ConnTable {
 
     /// Replaces the trusted CIDRs for connections from now on; those open keep the
     /// class they were admitted in, so every count stays exact.
-    pub(crate) fn set_trusted(&mut self, trusted: Vec<IpNet>) {
-        self.caps.trusted = trusted;
+    pub(crate) fn set_trusted(&mut self, trusted: NetSet) {
+        self.trusted = trusted;
     }
 
     /// Counts a new connection from `ip` at `now_ms`, evicting a less useful one when a
@@ -246,7 +251,7 @@ impl ConnTable {
         now_ms: u64,
     ) -> Result<Admitted, Refusal> {
         let source = Source::of(ip);
-        let trusted = self.caps.trusted.iter().any(|net| net.contains(&ip));
+        let trusted = self.trusted.contains(ip);
         let per_source_cap = if trusted {
             self.caps.max_per_trusted_source
         } else {
@@ -342,7 +347,7 @@ impl ConnTable {
         if trusted {
             return self.total >= self.caps.max_total;
         }
-        let reserve = if self.caps.trusted.is_empty() {
+        let reserve = if self.trusted.is_empty() {
             0
         } else {
             self.caps.trusted_reserve

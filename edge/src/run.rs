@@ -94,8 +94,9 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         let trusted = TrustedRanges::new(&settings, metrics.ranges.clone());
         let server = Arc::clone(&server);
         let apply = move |nets: Vec<ipnet::IpNet>| {
-            server.connections.lock().set_trusted(nets.clone());
-            trusting.set_trusted(nets);
+            let trusted = edge_kit::ranges::NetSet::new(&nets);
+            server.connections.lock().set_trusted(trusted.clone());
+            trusting.set_trusted(trusted);
         };
         tokio::spawn(trusted.keep(apply).in_current_span());
     }

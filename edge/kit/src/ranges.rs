@@ -133,6 +133,82 @@ impl RangeList {
     }
 }
 
+/// Networks asked "is this address in?" per connection and per request: each family's
+/// nets as sorted, merged address intervals, so a lookup is a binary search however many
+/// nets the provider lists hold (up to `ranges.max_entries` each). An IPv4-mapped IPv6
+/// address (a dual-stack listener's view of an IPv4 peer) is looked up as IPv4.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetSet {
+    v4: Vec<(u32, u32)>,
+    v6: Vec<(u128, u128)>,
+}
+
+impl NetSet {
+    /// The set of the addresses of `nets` (which may overlap, in any order).
+    pub fn new<'a>(nets: impl IntoIterator<Item = &'a IpNet>) -> Self {
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for net in nets {
+            match net {
+                IpNet::V4(net) => v4.push((net.network().into(), net.broadcast().into())),
+                IpNet::V6(net) => v6.push((net.network().into(), net.broadcast().into())),
+            }
+        }
+        Self {
+            v4: merged(v4),
+            v6: merged(v6),
+        }
+    }
+
+    /// Whether `ip` is in one of the nets.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match ip.to_canonical() {
+            IpAddr::V4(ip) => within(&self.v4, u32::from(ip)),
+            IpAddr::V6(ip) => within(&self.v6, u128::from(ip)),
+        }
+    }
+
+    /// Whether no address is in the set.
+    pub fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
+}
+
+/// Sorted by start, overlapping and adjacent intervals joined.
+fn merged<T: Address>(mut intervals: Vec<(T, T)>) -> Vec<(T, T)> {
+    intervals.sort_unstable();
+    let mut out: Vec<(T, T)> = Vec::with_capacity(intervals.len());
+    for (start, end) in intervals {
+        match out.last_mut() {
+            Some(last) if start <= last.1.saturating_next() => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
+/// An address as a number (`u32` for IPv4, `u128` for IPv6).
+trait Address: Ord + Copy {
+    fn saturating_next(self) -> Self;
+}
+
+impl Address for u32 {
+    fn saturating_next(self) -> Self {
+        self.saturating_add(1)
+    }
+}
+
+impl Address for u128 {
+    fn saturating_next(self) -> Self {
+        self.saturating_add(1)
+    }
+}
+
+fn within<T: Address>(intervals: &[(T, T)], address: T) -> bool {
+    let after = intervals.partition_point(|&(start, _)| start <= address);
+    after > 0 && address <= intervals[after - 1].1
+}
+
 fn text_entries(text: &str) -> Vec<String> {
     text.lines()
         .map(|line| line.split('#').next().unwrap_or_default().trim())
@@ -280,5 +356,65 @@ mod tests {
         );
         let next = parse(b"192.0.2.0/24\n198.51.100.0/24\n", None, 10, at()).unwrap();
         assert_eq!(next.changes_from(&list), (1, 1));
+    }
+
+    #[test]
+    fn a_net_set_answers_as_the_nets_do_for_every_address_of_a_crowded_block() {
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for _ in 0..20 {
+            let nets: Vec<IpNet> = (0..40)
+                .map(|_| {
+                    let prefix = 20 + (next() % 13) as u8;
+                    let address = std::net::Ipv4Addr::from(0x0a00_0000 | (next() & 0xffff));
+                    IpNet::V4(ipnet::Ipv4Net::new(address, prefix).unwrap().trunc())
+                })
+                .collect();
+            let set = NetSet::new(&nets);
+            for low in 0..=0xffff_u32 {
+                let ip = IpAddr::V4((0x0a00_0000 | low).into());
+                assert_eq!(
+                    set.contains(ip),
+                    nets.iter().any(|net| net.contains(&ip)),
+                    "{ip} in {nets:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_net_set_handles_the_ends_of_the_address_space_ipv6_and_mapped_addresses() {
+        let nets: Vec<IpNet> = ["255.255.255.255/32", "0.0.0.0/8", "2001:db8::/32", "::/128"]
+            .iter()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let set = NetSet::new(&nets);
+        let yes = [
+            "255.255.255.255",
+            "0.1.2.3",
+            "2001:db8:ffff::1",
+            "::",
+            "::ffff:0.0.0.1",
+        ];
+        let no = [
+            "255.255.255.254",
+            "1.0.0.0",
+            "2001:db9::",
+            "::1",
+            "::ffff:1.0.0.0",
+        ];
+        for ip in yes {
+            assert!(set.contains(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in no {
+            assert!(!set.contains(ip.parse().unwrap()), "{ip}");
+        }
+        assert!(NetSet::default().is_empty() && !set.is_empty());
+        assert!(NetSet::new(&["::/0".parse().unwrap()]).contains("ffff::1".parse().unwrap()));
     }
 }

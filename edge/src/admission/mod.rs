@@ -20,6 +20,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use edge_kit::ranges::NetSet;
 use ipnet::IpNet;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -71,6 +72,9 @@ pub struct Admission {
 struct State {
     /// Replaced by a reload ([`Admission::reconfigure`]).
     settings: AdmissionSettings,
+    /// The sources in force exempt from rate limits: `settings.trusted` at start, then
+    /// what [`Admission::set_trusted`] gives.
+    trusted: NetSet,
     limiter: Limiter,
     waiters: HashMap<Ticket, oneshot::Sender<Answer>>,
     rates: RateLimits<Arc<str>>,
@@ -112,6 +116,7 @@ impl Admission {
                 waiters: HashMap::new(),
                 rates: RateLimits::default(),
                 bodies: BodyBytes::new(settings.max_body_bytes),
+                trusted: NetSet::new(&settings.trusted),
                 settings,
             }),
             origin: Instant::now(),
@@ -124,9 +129,8 @@ impl Admission {
     /// learnt (see [`Limiter::reconfigure`]); the rate-limit exemption stays as it is:
     /// `connections.trusted` changes only at a restart, the provider lists through
     /// [`Admission::set_trusted`].
-    pub fn reconfigure(&self, mut settings: AdmissionSettings) {
+    pub fn reconfigure(&self, settings: AdmissionSettings) {
         let mut state = self.state();
-        settings.trusted = std::mem::take(&mut state.settings.trusted);
         state.limiter.reconfigure(settings.limiter.clone());
         state.bodies.set_limit(settings.max_body_bytes);
         state.settings = settings;
@@ -135,8 +139,8 @@ impl Admission {
 
     /// Replaces the sources exempt from per-source rate limits (`connections.trusted`
     /// and the provider lists in force).
-    pub fn set_trusted(&self, trusted: Vec<IpNet>) {
-        self.state().settings.trusted = trusted;
+    pub fn set_trusted(&self, trusted: NetSet) {
+        self.state().trusted = trusted;
     }
 
     /// The shed ledger's task, when there is a ledger.
@@ -172,11 +176,7 @@ impl Admission {
     ) -> Result<BodyClaim, Refusal> {
         let now = self.now();
         let mut state = self.state();
-        let trusted = state
-            .settings
-            .trusted
-            .iter()
-            .any(|net| net.contains(&source));
+        let trusted = state.trusted.contains(source);
         let source = Source::of(source);
         if let Err(no_room) = state.bodies.hold(source, trusted, body_bytes) {
             drop(state);
@@ -478,8 +478,8 @@ mod tests {
         admission.reconfigure(tighter);
         assert_eq!(admission.state().limiter.limit(), 1);
         assert_eq!(
-            admission.state().settings.trusted,
-            settings(true).trusted,
+            admission.state().trusted,
+            NetSet::new(&settings(true).trusted),
             "the exemption stays with connections.trusted until a restart"
         );
         admission.reconfigure(settings(false));
