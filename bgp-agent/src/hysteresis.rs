@@ -14,6 +14,9 @@
 //!   `half_life`; at `suppress` re-announcing is suppressed until the penalty decays below
 //!   `reuse`, or `max_suppress` has passed.
 //! - Drain: withdraw now and stay withdrawn until undrained.
+//! - A withdraw for health may be held back by the caller ([`HealthWithdraw::Held`]: the
+//!   peer guard's veto, an input to the round): the route stays announced, nothing about
+//!   it changes, and the next failing round asks again.
 //!
 //! Beside it, [`Degradation`] (a soft drain) changes only how an announced route is
 //! preferred: degraded after `fall` failing rounds of the degrade checks, normal again
@@ -68,6 +71,14 @@ pub(crate) enum Change {
     Withdraw,
 }
 
+/// Whether a round may withdraw for failing health (a drain always may): the peer
+/// guard's verdict, decided before the round, never undone after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HealthWithdraw {
+    Allowed,
+    Held,
+}
+
 /// Why the machine holds its current state (for `status` and logs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -117,8 +128,14 @@ impl Machine {
         }
     }
 
-    /// Feeds one round of local checks (`healthy` = every local check passed).
-    pub(crate) fn observe(&mut self, now: Time, healthy: bool) -> Option<Change> {
+    /// Feeds one round of local checks (`healthy` = every local check passed);
+    /// `health_withdraw` says whether failing health may withdraw this round.
+    pub(crate) fn observe(
+        &mut self,
+        now: Time,
+        healthy: bool,
+        health_withdraw: HealthWithdraw,
+    ) -> Option<Change> {
         if healthy {
             self.ok_streak = self.ok_streak.saturating_add(1);
             self.fail_streak = 0;
@@ -128,28 +145,20 @@ impl Machine {
             self.ok_streak = 0;
             self.healthy_since = None;
         }
-        self.decide(now)
+        self.decide(now, health_withdraw)
     }
 
-    /// Drain (withdraw and hold) or undrain.
+    /// Drain (withdraw and hold) or undrain. Health alone withdraws only in
+    /// [`Machine::observe`], where the caller says whether it may.
     pub(crate) fn set_drained(&mut self, now: Time, drained: bool) -> Option<Change> {
         self.drained = drained;
-        self.decide(now)
+        self.decide(now, HealthWithdraw::Held)
     }
 
     /// A reloaded policy: streaks, penalty, hold-down and route carry over, so a reload
     /// never moves the route by itself; the next round decides under the new rules.
     pub(crate) fn set_policy(&mut self, policy: Policy) {
         self.policy = policy;
-    }
-
-    /// A withdraw the caller could not carry out (the peer guard vetoed it): the route
-    /// stays announced and the next unhealthy round asks again.
-    pub(crate) fn withdraw_vetoed(&mut self) {
-        self.route = Route::Announced;
-        self.transitions -= 1;
-        self.penalty -= self.policy.dampening.as_ref().map_or(0.0, |d| d.penalty);
-        self.withdrawn_at = None;
     }
 
     pub(crate) fn route(&self) -> Route {
@@ -197,24 +206,27 @@ impl Machine {
         self.suppressed_since.is_some()
     }
 
-    fn decide(&mut self, now: Time) -> Option<Change> {
+    fn decide(&mut self, now: Time, health_withdraw: HealthWithdraw) -> Option<Change> {
         self.update_suppression(now);
         match self.route {
             Route::Announced => {
-                let withdraw = if self.drained {
-                    Some(Why::Drained)
+                self.why = if self.drained {
+                    Why::Drained
                 } else if self.fail_streak >= self.policy.fall {
-                    Some(Why::Unhealthy)
+                    Why::Unhealthy
+                } else if self.fail_streak > 0 {
+                    Why::Falling
                 } else {
-                    self.why = if self.fail_streak > 0 {
-                        Why::Falling
-                    } else {
-                        Why::Healthy
-                    };
-                    None
+                    Why::Healthy
                 };
-                let why = withdraw?;
-                self.why = why;
+                let withdraw = match self.why {
+                    Why::Drained => true,
+                    Why::Unhealthy => health_withdraw == HealthWithdraw::Allowed,
+                    _ => false,
+                };
+                if !withdraw {
+                    return None;
+                }
                 self.withdraw(now);
                 Some(Change::Withdraw)
             }
@@ -352,6 +364,7 @@ fn decay(penalty: f64, elapsed: Duration, half_life: Duration) -> f64 {
 mod tests {
     use proptest::prelude::*;
 
+    use super::HealthWithdraw::{Allowed, Held};
     use super::*;
 
     fn ms(n: u64) -> Time {
@@ -378,7 +391,7 @@ mod tests {
         let mut changes = Vec::new();
         for (i, ok) in results.iter().enumerate() {
             let t = start + i as u64 * step;
-            if let Some(c) = m.observe(ms(t), *ok) {
+            if let Some(c) = m.observe(ms(t), *ok, Allowed) {
                 changes.push((t, c));
             }
         }
@@ -435,8 +448,8 @@ mod tests {
         assert_eq!(run(&mut m, 500, 100, &[true; 10]), vec![]);
         assert_eq!(m.why(), Why::HoldDown);
         // Healthy since 500: 5 s of unbroken health.
-        assert_eq!(m.observe(ms(5_499), true), None);
-        assert_eq!(m.observe(ms(5_500), true), Some(Change::Announce));
+        assert_eq!(m.observe(ms(5_499), true, Allowed), None);
+        assert_eq!(m.observe(ms(5_500), true, Allowed), Some(Change::Announce));
     }
 
     #[test]
@@ -445,11 +458,11 @@ mod tests {
         run(&mut m, 0, 100, &[true; 3]);
         run(&mut m, 300, 100, &[false, false]); // withdrawn at 400
         assert_eq!(run(&mut m, 500, 100, &[true; 40]), vec![]);
-        assert_eq!(m.observe(ms(4_500), false), None);
+        assert_eq!(m.observe(ms(4_500), false, Allowed), None);
         // 5 s after the withdraw, but healthy only since 4,600.
         assert_eq!(run(&mut m, 4_600, 100, &[true; 50]), vec![]);
         assert_eq!(m.why(), Why::HoldDown);
-        assert_eq!(m.observe(ms(9_600), true), Some(Change::Announce));
+        assert_eq!(m.observe(ms(9_600), true, Allowed), Some(Change::Announce));
     }
 
     #[test]
@@ -478,15 +491,15 @@ mod tests {
         // Three full flaps, each waiting out the hold-down.
         for _ in 0..3 {
             while m.route() == Route::Withdrawn && !m.suppressed() {
-                m.observe(ms(t), true);
+                m.observe(ms(t), true, Allowed);
                 t += 100;
             }
             if m.suppressed() {
                 break;
             }
-            m.observe(ms(t), false);
+            m.observe(ms(t), false, Allowed);
             t += 100;
-            if m.observe(ms(t), false) == Some(Change::Withdraw) {
+            if m.observe(ms(t), false, Allowed) == Some(Change::Withdraw) {
                 withdraws += 1;
             }
             t += 100;
@@ -496,7 +509,7 @@ mod tests {
         // Healthy from now on: held back until 3000 decays below 750 (two half-lives).
         let mut announced_at = None;
         while announced_at.is_none() && t < 200_000 {
-            if m.observe(ms(t), true) == Some(Change::Announce) {
+            if m.observe(ms(t), true, Allowed) == Some(Change::Announce) {
                 announced_at = Some(t);
             }
             t += 1000;
@@ -526,7 +539,10 @@ mod tests {
         let since = t - 100;
         assert_eq!(run(&mut m, since + 58_800, 100, &[true; 3]), vec![]);
         assert_eq!(m.why(), Why::Suppressed);
-        assert_eq!(m.observe(ms(since + 60_000), true), Some(Change::Announce));
+        assert_eq!(
+            m.observe(ms(since + 60_000), true, Allowed),
+            Some(Change::Announce)
+        );
     }
 
     #[test]
@@ -541,17 +557,40 @@ mod tests {
     }
 
     #[test]
-    fn a_vetoed_withdraw_keeps_the_route_and_asks_again() {
+    fn a_held_health_withdraw_changes_nothing_and_the_next_round_asks_again() {
+        let mut m = Machine::new(Policy {
+            dampening: Some(Dampening {
+                penalty: 1000.0,
+                half_life: Duration::from_secs(60),
+                suppress: 500.0,
+                reuse: 250.0,
+                max_suppress: Duration::from_secs(600),
+            }),
+            ..policy()
+        });
+        run(&mut m, 0, 100, &[true; 3]);
+        let announced = m.transitions();
+        assert_eq!(m.observe(ms(300), false, Held), None);
+        assert_eq!(m.observe(ms(400), false, Held), None, "fall reached, held");
+        assert_eq!(m.route(), Route::Announced);
+        assert_eq!(m.why(), Why::Unhealthy);
+        assert_eq!(m.transitions(), announced);
+        assert_eq!(m.penalty(ms(400)), 0.0);
+        assert!(
+            !m.suppressed(),
+            "a withdraw that did not happen suppresses nothing"
+        );
+        assert_eq!(m.observe(ms(500), false, Allowed), Some(Change::Withdraw));
+        assert!(m.suppressed());
+    }
+
+    #[test]
+    fn a_drain_is_never_held() {
         let mut m = Machine::new(policy());
         run(&mut m, 0, 100, &[true; 3]);
-        assert_eq!(
-            run(&mut m, 300, 100, &[false, false]),
-            vec![(400, Change::Withdraw)]
-        );
-        m.withdraw_vetoed();
-        assert_eq!(m.route(), Route::Announced);
-        assert_eq!(m.penalty(ms(400)), 0.0);
-        assert_eq!(m.observe(ms(500), false), Some(Change::Withdraw));
+        m.observe(ms(300), false, Held);
+        assert_eq!(m.set_drained(ms(400), true), Some(Change::Withdraw));
+        assert_eq!(m.why(), Why::Drained);
     }
 
     /// Jittered 1 Hz / 50 % flapping for 60 s (half-periods 0.25–0.75 s), checks every
@@ -579,7 +618,7 @@ mod tests {
             let mut t = 1000;
             while t < 61_000 {
                 let healthy = edges.iter().rev().find(|(at, _)| *at <= t).unwrap().1;
-                changes += m.observe(ms(t), healthy).is_some() as u32;
+                changes += m.observe(ms(t), healthy, Allowed).is_some() as u32;
                 t += 100;
             }
             assert!(changes <= 2, "trial {trial}: {changes} changes");
@@ -606,7 +645,7 @@ mod tests {
             let health = |t: u64| edges.iter().rev().find(|(at, _)| *at <= t).unwrap().1;
             let (mut t, mut changes, mut first_withdraw) = (0u64, 0, None);
             while t < 70_000 {
-                if let Some(change) = m.observe(ms(t), health(t)) {
+                if let Some(change) = m.observe(ms(t), health(t), Allowed) {
                     if t >= 10_000 {
                         changes += 1;
                     }
@@ -698,7 +737,7 @@ speaker: { kind: bird, include_file: /run/bgp-agent/anycast.conf, socket: /run/b
                     drained = d;
                     m.set_drained(ms(t), d);
                 }
-                m.observe(ms(t), healthy);
+                m.observe(ms(t), healthy, Allowed);
                 history.push(healthy);
                 let failing = history.len() >= fall && history[history.len() - fall..].iter().all(|ok| !ok);
                 if failing || drained {

@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use crate::checks::{self, Outcome};
 use crate::config::Settings;
 use crate::guard::{self, Guard, Tally, Verdict};
-use crate::hysteresis::{Change, Why};
+use crate::hysteresis::{Change, HealthWithdraw, Why};
 use crate::metrics::{
     ChangeLabel, CheckLabel, CheckResultLabel, Metrics, PrefixLabel, SpeakerLabel,
 };
@@ -72,8 +72,8 @@ pub async fn run(path: PathBuf, config: Settings) -> anyhow::Result<()> {
     let mut announcer = Announcer {
         speaker,
         applied: None,
+        last_error: None,
         metrics: Arc::clone(&metrics),
-        status: Arc::clone(&status),
         prefixes: config.prefixes.clone(),
     };
     announcer.carry(Advert::Withdrawn).await;
@@ -90,11 +90,7 @@ pub async fn run(path: PathBuf, config: Settings) -> anyhow::Result<()> {
     let watchdog = Watchdog::from_env();
     watchdog.ready();
 
-    let agent = Agent::new(
-        config.policy.clone(),
-        config.guard.is_some(),
-        config.graceful_shutdown.clone(),
-    );
+    let agent = Agent::new(config.policy.clone(), config.graceful_shutdown.clone());
     let mut runner = Runner {
         checks: CheckRunner::new(config.checks.len()),
         config,
@@ -103,6 +99,7 @@ pub async fn run(path: PathBuf, config: Settings) -> anyhow::Result<()> {
         announcer,
         metrics,
         status,
+        last_change_unix_ms: None,
         watchdog,
         origin: Instant::now(),
     };
@@ -132,16 +129,18 @@ struct Runner {
     guard: Guard,
     announcer: Announcer,
     metrics: Arc<Metrics>,
+    /// Written once a round, by [`Runner::publish`].
     status: Arc<Mutex<Status>>,
+    last_change_unix_ms: Option<u64>,
     watchdog: Watchdog,
     /// The agent's clock starts here; the pure cores take durations since.
     origin: Instant,
 }
 
 impl Runner {
-    /// One round: run the due checks, decide (asking the peer guard before a health
-    /// withdraw), make the speaker carry the decision, publish it. Returns how long to
-    /// pause before the next round.
+    /// One round: run the due checks, ask the peer guard if the round proposes a health
+    /// withdraw, commit the round with its verdict, make the speaker carry the decision,
+    /// publish it. Returns how long to pause before the next round.
     async fn tick(&mut self) -> std::time::Duration {
         let pending = self.agent.change_pending();
         let outcomes = self
@@ -149,11 +148,12 @@ impl Runner {
             .run_due(&self.config, pending, &self.metrics)
             .await;
         let now = self.origin.elapsed();
-        let mut round = self.agent.round(
-            now,
-            checks::local_health(&outcomes),
-            self.config.drain_flag().exists(),
-        );
+        let healthy = checks::local_health(&outcomes);
+        let drain_requested = self.config.drain_flag().exists();
+        let health_withdraw = self.ask_guard(now, healthy, drain_requested).await;
+        let round = self
+            .agent
+            .round(now, healthy, drain_requested, health_withdraw);
         if round.drain_changed {
             tracing::warn!(drained = self.agent.drained(), "drain flag changed");
         }
@@ -166,20 +166,11 @@ impl Runner {
                 "degrade checks changed how the route is preferred"
             );
         }
-        if !round.ask_guard {
-            self.guard.clear();
-        } else if let Some(config) = &self.config.guard
-            && !guard_allows(&mut self.guard, config, now, &self.metrics).await
-        {
-            self.agent.veto();
-            round.change = None;
-        }
-        self.status.lock().guard_vetoing = self.guard.vetoing();
         if let Some(change) = round.change {
-            record_change(change, &self.agent, now, &self.metrics, &self.status);
+            self.record_change(change, now);
         }
         self.announcer.carry(self.agent.advert()).await;
-        publish(&self.agent, now, outcomes, &self.metrics, &self.status);
+        self.publish(now, self.agent.advert(), outcomes);
         self.watchdog.alive();
         self.watchdog.bound(if self.agent.change_pending() {
             self.config.fast_interval
@@ -188,13 +179,81 @@ impl Runner {
         })
     }
 
+    /// The peer guard's verdict for this round: asked only when a guard is configured
+    /// and the round proposes a withdraw for health.
+    async fn ask_guard(
+        &mut self,
+        now: std::time::Duration,
+        healthy: bool,
+        drain_requested: bool,
+    ) -> HealthWithdraw {
+        let Some(config) = &self.config.guard else {
+            return HealthWithdraw::Allowed;
+        };
+        if !self
+            .agent
+            .proposes_health_withdraw(now, healthy, drain_requested)
+        {
+            self.guard.clear();
+            return HealthWithdraw::Allowed;
+        }
+        if guard_allows(&mut self.guard, config, now, &self.metrics).await {
+            HealthWithdraw::Allowed
+        } else {
+            HealthWithdraw::Held
+        }
+    }
+
+    fn record_change(&mut self, change: Change, now: std::time::Duration) {
+        let label = if change == Change::Announce {
+            "announce"
+        } else {
+            "withdraw"
+        };
+        self.metrics
+            .transitions
+            .get_or_create(&ChangeLabel { change: label })
+            .inc();
+        tracing::info!(change = label, why = ?self.agent.why(), penalty = self.agent.machine().penalty(now), "route change");
+        let now_ms = edge_kit::clock::unix_ms();
+        self.metrics
+            .last_change_timestamp_seconds
+            .set(now_ms as f64 / 1e3);
+        self.last_change_unix_ms = Some(now_ms);
+    }
+
+    /// The round's result for `/status` (the whole document, replaced) and `/metrics`;
+    /// `advert` is what BGP now carries.
+    fn publish(&self, now: std::time::Duration, advert: Advert, checks: Vec<Outcome>) {
+        let machine = self.agent.machine();
+        let status = Status {
+            pop: self.config.pop.clone(),
+            route: advert.route_name(),
+            degraded: advert == Advert::Degraded,
+            why: machine.why(),
+            penalty: machine.penalty(now),
+            suppressed: machine.suppressed(),
+            drained: self.agent.drained(),
+            guard_vetoing: self.guard.vetoing(),
+            transitions: machine.transitions(),
+            speaker: self.announcer.speaker.kind(),
+            last_change_unix_ms: self.last_change_unix_ms,
+            last_speaker_error: self.announcer.last_error.clone(),
+            checks,
+        };
+        self.metrics.penalty.set(status.penalty);
+        self.metrics.suppressed.set(status.suppressed as i64);
+        self.metrics.drained.set(status.drained as i64);
+        self.metrics.degraded.set(status.degraded as i64);
+        *self.status.lock() = status;
+    }
+
     /// SIGHUP: the file re-read; checks, timers and the guard change live.
     fn reload(&mut self, path: &Path) {
         if let Some(reloaded) = reload(path, &self.config, &self.metrics) {
             self.config = reloaded;
             self.agent.reconfigure(
                 self.config.policy.clone(),
-                self.config.guard.is_some(),
                 self.config.graceful_shutdown.clone(),
             );
             self.checks = CheckRunner::new(self.config.checks.len());
@@ -213,7 +272,11 @@ impl Runner {
                 "graceful shutdown before exit: announcing with 65535:0"
             );
             self.announcer.carry(Advert::GracefulShutdown).await;
-            publish_route(Advert::GracefulShutdown, &self.status);
+            self.publish(
+                self.origin.elapsed(),
+                Advert::GracefulShutdown,
+                self.checks.latest(),
+            );
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = signals.next() => tracing::warn!("second signal: withdrawing now"),
@@ -284,62 +347,6 @@ async fn guard_allows(
     }
 }
 
-fn record_change(
-    change: Change,
-    agent: &Agent,
-    now: std::time::Duration,
-    metrics: &Metrics,
-    status: &Mutex<Status>,
-) {
-    let label = if change == Change::Announce {
-        "announce"
-    } else {
-        "withdraw"
-    };
-    metrics
-        .transitions
-        .get_or_create(&ChangeLabel { change: label })
-        .inc();
-    tracing::info!(change = label, why = ?agent.why(), penalty = agent.machine().penalty(now), "route change");
-    let now_ms = edge_kit::clock::unix_ms();
-    metrics
-        .last_change_timestamp_seconds
-        .set(now_ms as f64 / 1e3);
-    status.lock().last_change_unix_ms = Some(now_ms);
-}
-
-/// The round's result for `/status` and `/metrics`.
-fn publish(
-    agent: &Agent,
-    now: std::time::Duration,
-    outcomes: Vec<Outcome>,
-    metrics: &Metrics,
-    status: &Mutex<Status>,
-) {
-    let machine = agent.machine();
-    {
-        let mut s = status.lock();
-        s.route = agent.advert().route_name();
-        s.degraded = agent.advert() == Advert::Degraded;
-        s.why = machine.why();
-        s.penalty = machine.penalty(now);
-        s.suppressed = machine.suppressed();
-        s.drained = agent.drained();
-        s.transitions = machine.transitions();
-        s.checks = outcomes;
-    }
-    metrics.penalty.set(machine.penalty(now));
-    metrics.suppressed.set(machine.suppressed() as i64);
-    metrics.drained.set(agent.drained() as i64);
-    metrics
-        .degraded
-        .set((agent.advert() == Advert::Degraded) as i64);
-}
-
-fn publish_route(advert: Advert, status: &Mutex<Status>) {
-    status.lock().route = advert.route_name();
-}
-
 /// Re-reads the config file: `Some` new config to run with (restart-only fields kept
 /// as they run), or `None` when the file is invalid. Logged and counted either way.
 fn reload(path: &Path, running: &Settings, metrics: &Metrics) -> Option<Settings> {
@@ -385,8 +392,9 @@ struct Announcer {
     speaker: Speaker,
     /// What the speaker last confirmed.
     applied: Option<Advert>,
+    /// Why the last attempt failed, until one succeeds (for `/status`).
+    last_error: Option<String>,
     metrics: Arc<Metrics>,
-    status: Arc<Mutex<Status>>,
     prefixes: Vec<ipnet::IpNet>,
 }
 
@@ -417,7 +425,7 @@ impl Announcer {
                 self.metrics
                     .graceful_shutdown
                     .set((advert == Advert::GracefulShutdown) as i64);
-                self.status.lock().last_speaker_error = None;
+                self.last_error = None;
                 tracing::info!(
                     ?advert,
                     ms = started.elapsed().as_secs_f64() * 1e3,
@@ -427,7 +435,7 @@ impl Announcer {
             Err(e) => {
                 self.metrics.speaker_errors.get_or_create(&label).inc();
                 tracing::error!(?advert, error = %format!("{e:#}"), "speaker failed; retrying next round");
-                self.status.lock().last_speaker_error = Some(format!("{e:#}"));
+                self.last_error = Some(format!("{e:#}"));
             }
         }
     }
@@ -474,6 +482,11 @@ impl CheckRunner {
             }
             self.last_runs[i] = Some((now, outcome));
         }
+        self.latest()
+    }
+
+    /// Every check's latest outcome.
+    fn latest(&self) -> Vec<Outcome> {
         self.last_runs
             .iter()
             .filter_map(|run| run.as_ref().map(|(_, outcome)| outcome.clone()))

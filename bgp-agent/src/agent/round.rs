@@ -1,6 +1,7 @@
-//! One round of the agent's decisions, without I/O: the drain flag and local health go
-//! in, with the time; out comes the route change to carry out, and whether the peer
-//! guard must be asked first (a health withdraw while other PoPs may be down too).
+//! One round of the agent's decisions, without I/O, in two steps: a round is proposed
+//! (would these inputs withdraw the route for health? then the peer guard is asked),
+//! and committed with the drain flag, local health, the time and the guard's verdict;
+//! out comes the route change to carry out. Nothing decided is undone afterwards.
 //!
 //! A withdraw for a drain (and, if configured, for health) is graceful: the route stays
 //! announced with GRACEFUL_SHUTDOWN for `graceful_shutdown.wait`, then goes. A health
@@ -12,14 +13,13 @@
 use std::time::Duration;
 
 use crate::config::GracefulShutdown;
-use crate::hysteresis::{Change, Degradation, Machine, Policy, Route, Time, Why};
+use crate::hysteresis::{Change, Degradation, HealthWithdraw, Machine, Policy, Route, Time, Why};
 use crate::speaker::Advert;
 
+#[derive(Clone)]
 pub(super) struct Agent {
     machine: Machine,
     drained: bool,
-    /// Whether a peer guard is configured: health withdraws then need its word.
-    guarded: bool,
     graceful: Option<GracefulShutdown>,
     /// A graceful shutdown under way: the withdraw is due then.
     leaving_until: Option<Time>,
@@ -32,16 +32,13 @@ pub(super) struct Round {
     pub change: Option<Change>,
     /// The drain flag changed this round.
     pub drain_changed: bool,
-    /// `change` is a health withdraw: ask the guard, and [`Agent::veto`] if it refuses.
-    pub ask_guard: bool,
 }
 
 impl Agent {
-    pub(super) fn new(policy: Policy, guarded: bool, graceful: Option<GracefulShutdown>) -> Self {
+    pub(super) fn new(policy: Policy, graceful: Option<GracefulShutdown>) -> Self {
         Self {
             machine: Machine::new(policy),
             drained: false,
-            guarded,
             graceful,
             leaving_until: None,
             degradation: Degradation::default(),
@@ -61,14 +58,35 @@ impl Agent {
         }
     }
 
-    pub(super) fn round(&mut self, now: Time, healthy: bool, drain_requested: bool) -> Round {
+    /// Whether the round these inputs make would withdraw the route for health (not for
+    /// a drain): the question for the peer guard before [`Agent::round`] commits it.
+    pub(super) fn proposes_health_withdraw(
+        &self,
+        now: Time,
+        healthy: bool,
+        drain_requested: bool,
+    ) -> bool {
+        let mut proposal = self.clone();
+        let round = proposal.round(now, healthy, drain_requested, HealthWithdraw::Allowed);
+        round.change == Some(Change::Withdraw) && proposal.why() == Why::Unhealthy
+    }
+
+    /// Commits one round: `health_withdraw` is the guard's verdict on a health withdraw
+    /// (or `Allowed` with no guard, or none proposed).
+    pub(super) fn round(
+        &mut self,
+        now: Time,
+        healthy: bool,
+        drain_requested: bool,
+        health_withdraw: HealthWithdraw,
+    ) -> Round {
         let drain_changed = drain_requested != self.drained;
         let mut change = None;
         if drain_changed {
             self.drained = drain_requested;
             change = self.machine.set_drained(now, drain_requested);
         }
-        let change = change.or(self.machine.observe(now, healthy));
+        let change = change.or(self.machine.observe(now, healthy, health_withdraw));
         self.leaving_until = match (change, self.leaving_until) {
             (Some(Change::Withdraw), _) => self
                 .graceful
@@ -82,26 +100,13 @@ impl Agent {
         Round {
             change,
             drain_changed,
-            ask_guard: change == Some(Change::Withdraw) && !self.drained && self.guarded,
         }
     }
 
-    /// The guard refused this round's withdraw: the route stays announced.
-    pub(super) fn veto(&mut self) {
-        self.machine.withdraw_vetoed();
-        self.leaving_until = None;
-    }
-
-    /// A reload: new timers and thresholds, whether a guard is now configured, and the
-    /// graceful shutdown (a wait under way keeps its end).
-    pub(super) fn reconfigure(
-        &mut self,
-        policy: Policy,
-        guarded: bool,
-        graceful: Option<GracefulShutdown>,
-    ) {
+    /// A reload: new timers and thresholds, and the graceful shutdown (a wait under way
+    /// keeps its end).
+    pub(super) fn reconfigure(&mut self, policy: Policy, graceful: Option<GracefulShutdown>) {
         self.machine.set_policy(policy);
-        self.guarded = guarded;
         self.graceful = graceful;
     }
 
@@ -148,6 +153,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::hysteresis::HealthWithdraw::{Allowed, Held};
 
     fn policy() -> Policy {
         Policy {
@@ -169,57 +175,64 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    fn announced(guarded: bool) -> Agent {
-        announced_with(guarded, None)
+    fn announced() -> Agent {
+        announced_with(None)
     }
 
-    fn announced_with(guarded: bool, graceful: Option<GracefulShutdown>) -> Agent {
-        let mut agent = Agent::new(policy(), guarded, graceful);
-        agent.round(ms(0), true, false);
+    fn announced_with(graceful: Option<GracefulShutdown>) -> Agent {
+        let mut agent = Agent::new(policy(), graceful);
+        agent.round(ms(0), true, false, Allowed);
         assert_eq!(
-            agent.round(ms(100), true, false).change,
+            agent.round(ms(100), true, false, Allowed).change,
             Some(Change::Announce)
         );
         agent
     }
 
     #[test]
-    fn a_health_withdraw_asks_the_guard_only_when_one_is_configured() {
-        let mut agent = announced(true);
-        agent.round(ms(200), false, false);
-        let round = agent.round(ms(300), false, false);
+    fn a_health_withdraw_is_proposed_without_changing_anything_then_committed() {
+        let mut agent = announced();
+        agent.round(ms(200), false, false, Allowed);
+        assert!(agent.proposes_health_withdraw(ms(300), false, false));
+        assert!(!agent.proposes_health_withdraw(ms(300), true, false));
+        assert!(
+            !agent.proposes_health_withdraw(ms(300), false, true),
+            "an operator's drain is not a health withdraw"
+        );
+        assert_eq!(agent.advert(), Advert::Announced);
+        let round = agent.round(ms(300), false, false, Allowed);
         assert_eq!(round.change, Some(Change::Withdraw));
-        assert!(round.ask_guard);
-
-        let mut agent = announced(false);
-        agent.round(ms(200), false, false);
-        assert!(!agent.round(ms(300), false, false).ask_guard);
+        assert_eq!(agent.advert(), Advert::Withdrawn);
     }
 
     #[test]
-    fn a_veto_keeps_the_route_announced() {
-        let mut agent = announced(true);
-        agent.round(ms(200), false, false);
-        agent.round(ms(300), false, false);
-        agent.veto();
+    fn a_held_withdraw_keeps_the_route_announced_and_is_proposed_again() {
+        let mut agent = announced();
+        agent.round(ms(200), false, false, Allowed);
+        assert_eq!(agent.round(ms(300), false, false, Held).change, None);
         assert_eq!(agent.advert(), Advert::Announced);
+        assert!(agent.proposes_health_withdraw(ms(400), false, false));
+        assert_eq!(
+            agent.round(ms(400), false, false, Allowed).change,
+            Some(Change::Withdraw)
+        );
     }
 
     #[test]
     fn a_drain_withdraws_at_once_without_the_guard_and_undrain_announces() {
-        let mut agent = announced(true);
-        let round = agent.round(ms(200), true, true);
+        let mut agent = announced();
+        let round = agent.round(ms(200), true, true, Held);
         assert!(round.drain_changed);
-        assert_eq!(round.change, Some(Change::Withdraw));
-        assert!(
-            !round.ask_guard,
-            "an operator's drain is not a health withdraw"
+        assert_eq!(
+            round.change,
+            Some(Change::Withdraw),
+            "a drain is never held"
         );
         assert!(agent.drained());
-        assert_eq!(agent.round(ms(300), true, true).change, None);
+        assert_eq!(agent.round(ms(300), true, true, Allowed).change, None);
         let mut changes = Vec::new();
         for t in 4..10 {
-            let round = agent.round(ms(t * 100), true, false);
+            let round = agent.round(ms(t * 100), true, false, Allowed);
             changes.extend(round.change);
         }
         assert_eq!(changes, [Change::Announce]);
@@ -231,7 +244,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &(healthy, drained))| {
-                agent.round(ms(from + i as u64 * 100), healthy, drained);
+                agent.round(ms(from + i as u64 * 100), healthy, drained, Allowed);
                 agent.advert()
             })
             .collect()
@@ -239,8 +252,8 @@ mod tests {
 
     #[test]
     fn a_drain_announces_graceful_shutdown_for_the_wait_then_withdraws() {
-        let mut agent = announced_with(false, graceful(false));
-        let round = agent.round(ms(200), true, true);
+        let mut agent = announced_with(graceful(false));
+        let round = agent.round(ms(200), true, true, Allowed);
         assert_eq!(round.change, Some(Change::Withdraw));
         assert_eq!(agent.advert(), Advert::GracefulShutdown);
         assert!(agent.change_pending());
@@ -256,9 +269,9 @@ mod tests {
 
     #[test]
     fn an_undrain_during_the_wait_announces_plainly_again() {
-        let mut agent = announced_with(false, graceful(false));
-        agent.round(ms(200), true, true);
-        let round = agent.round(ms(300), true, false);
+        let mut agent = announced_with(graceful(false));
+        agent.round(ms(200), true, true, Allowed);
+        let round = agent.round(ms(300), true, false, Allowed);
         assert_eq!(round.change, Some(Change::Announce));
         assert_eq!(agent.advert(), Advert::Announced);
         assert_eq!(
@@ -269,8 +282,8 @@ mod tests {
 
     #[test]
     fn a_health_failure_during_a_drain_wait_withdraws_at_once() {
-        let mut agent = announced_with(false, graceful(false));
-        agent.round(ms(200), true, true);
+        let mut agent = announced_with(graceful(false));
+        agent.round(ms(200), true, true, Allowed);
         // fall = 2 failing rounds: the edge cannot serve what the community still draws.
         let seen = adverts(&mut agent, 300, &[(false, true), (false, true)]);
         assert_eq!(seen, [Advert::GracefulShutdown, Advert::Withdrawn]);
@@ -278,17 +291,17 @@ mod tests {
 
     #[test]
     fn health_withdraws_are_immediate_unless_configured() {
-        let mut agent = announced_with(false, graceful(false));
-        agent.round(ms(200), false, false);
+        let mut agent = announced_with(graceful(false));
+        agent.round(ms(200), false, false, Allowed);
         assert_eq!(
-            agent.round(ms(300), false, false).change,
+            agent.round(ms(300), false, false, Allowed).change,
             Some(Change::Withdraw)
         );
         assert_eq!(agent.advert(), Advert::Withdrawn);
 
-        let mut agent = announced_with(false, graceful(true));
-        agent.round(ms(200), false, false);
-        agent.round(ms(300), false, false);
+        let mut agent = announced_with(graceful(true));
+        agent.round(ms(200), false, false, Allowed);
+        agent.round(ms(300), false, false, Allowed);
         assert_eq!(agent.advert(), Advert::GracefulShutdown);
         let seen = adverts(&mut agent, 400, &[(false, false); 20]);
         assert_eq!(seen[18], Advert::GracefulShutdown);
@@ -296,45 +309,45 @@ mod tests {
     }
 
     #[test]
-    fn a_vetoed_graceful_withdraw_stays_announced() {
-        let mut agent = announced_with(true, graceful(true));
-        agent.round(ms(200), false, false);
-        assert!(agent.round(ms(300), false, false).ask_guard);
-        agent.veto();
+    fn a_held_graceful_withdraw_stays_announced() {
+        let mut agent = announced_with(graceful(true));
+        agent.round(ms(200), false, false, Allowed);
+        agent.round(ms(300), false, false, Held);
         assert_eq!(agent.advert(), Advert::Announced);
+        assert_eq!(agent.exit_wait(ms(300)), Some(Duration::from_secs(2)));
     }
 
     #[test]
     fn exit_waits_the_full_time_when_announced_and_the_rest_when_leaving() {
-        let agent = announced_with(false, graceful(false));
+        let agent = announced_with(graceful(false));
         assert_eq!(agent.exit_wait(ms(200)), Some(Duration::from_secs(2)));
-        let mut agent = announced_with(false, graceful(false));
-        agent.round(ms(200), true, true);
+        let mut agent = announced_with(graceful(false));
+        agent.round(ms(200), true, true, Allowed);
         assert_eq!(agent.exit_wait(ms(1_200)), Some(Duration::from_secs(1)));
-        agent.round(ms(2_200), true, true);
+        agent.round(ms(2_200), true, true, Allowed);
         assert_eq!(agent.exit_wait(ms(2_300)), None);
-        assert_eq!(announced(false).exit_wait(ms(200)), None);
+        assert_eq!(announced().exit_wait(ms(200)), None);
     }
 
     #[test]
     fn a_degraded_announced_route_is_advertised_degraded_and_leaves_gracefully() {
-        let mut agent = announced_with(false, graceful(false));
+        let mut agent = announced_with(graceful(false));
         assert_eq!(agent.observe_degrade(ms(200), false), None);
         assert_eq!(agent.observe_degrade(ms(300), false), Some(true));
         assert_eq!(agent.advert(), Advert::Degraded);
         // Degradation never withdraws; a drain still leaves through 65535:0.
-        agent.round(ms(300), true, false);
+        agent.round(ms(300), true, false, Allowed);
         assert_eq!(agent.advert(), Advert::Degraded);
-        agent.round(ms(400), true, true);
+        agent.round(ms(400), true, true, Allowed);
         assert_eq!(agent.advert(), Advert::GracefulShutdown);
         assert_eq!(agent.exit_wait(ms(400)), Some(Duration::from_secs(2)));
         // Withdrawn, degraded or not, is withdrawn; it comes up as the checks say now.
-        let mut agent = Agent::new(policy(), false, None);
+        let mut agent = Agent::new(policy(), None);
         assert_eq!(agent.observe_degrade(ms(0), false), Some(true));
         assert_eq!(agent.advert(), Advert::Withdrawn);
         assert_eq!(agent.observe_degrade(ms(100), true), Some(false));
-        agent.round(ms(100), true, false);
-        agent.round(ms(200), true, false);
+        agent.round(ms(100), true, false, Allowed);
+        agent.round(ms(200), true, false, Allowed);
         assert_eq!(agent.advert(), Advert::Announced);
     }
 }
