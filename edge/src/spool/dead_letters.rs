@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use super::append::{AppendError, NewEvent};
+use super::blocking::{Stop, blocking};
 use super::checkpoint::{create_dir_durably, owned_like, remove_durably, sync_dir};
 use super::record::Record;
-use super::resend::{Stop, blocking};
 use super::scan::{named_without_header, scan_segment};
 use super::segments::new_segment_format;
 use super::{Spool, quarantine};

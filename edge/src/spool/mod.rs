@@ -5,6 +5,7 @@
 
 mod append;
 pub mod backhaul_pause;
+mod blocking;
 pub(crate) mod checkpoint;
 pub mod dead_letters;
 mod group_commit;

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use edge_kit::clock::unix_ms;
 
 use super::append::{AppendError, NewEvent};
+use super::blocking::{Stop, blocking};
 use super::checkpoint::{self, create_dir_durably, owned_like, remove_durably, sync_dir};
 use super::record::{RecordView, SegmentFormat};
-use super::resend::{Stop, blocking};
 use super::scan::scan_segment;
 use super::segments::{list_segments, new_segment_format};
 use super::{Spool, quarantine, retained};
