@@ -29,23 +29,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use edge_kit::ranges::NetSet;
-use ipnet::IpNet;
 use tokio_util::sync::CancellationToken;
+
+use crate::config::Caps;
 
 #[cfg(doc)]
 use crate::body_rate::BodyRate;
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Caps {
-    pub max_total: usize,
-    /// Connections in their TLS handshake at once (at most `max_total`).
-    pub max_handshakes: usize,
-    pub max_per_source: usize,
-    pub trusted: Vec<IpNet>,
-    pub max_per_trusted_source: usize,
-    /// Slots of `max_total` only trusted sources may take (0 when `trusted` is empty).
-    pub trusted_reserve: usize,
-}
 
 /// Why a connection was refused (a metric label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,13 +18,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep, sleep, sleep_until};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deadlines {
-    pub write_stall: Duration,
-    pub idle: Duration,
-    pub head: Duration,
-    pub lifetime: Duration,
-}
+use crate::config::Deadlines;
 
 /// Which limit ended a connection (a metric label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,9 +1,24 @@
-//! `connections:` caps enforced before the TLS handshake (`crate::conn_limits`).
+//! `connections:` caps enforced before the TLS handshake (by the server's connection table).
 
 use edge_kit::config_file::FieldErrors;
 use serde::Deserialize;
 
-use crate::conn_limits::Caps;
+/// The `connections` section, validated: the caps the connection table enforces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Caps {
+    /// Client connections open at once (`connections.max`).
+    pub max_total: usize,
+    /// Connections in their TLS handshake at once (at most `max_total`).
+    pub max_handshakes: usize,
+    /// Connections from one IPv4 address or IPv6 /64.
+    pub max_per_source: usize,
+    /// `connections.trusted`: sources with a higher per-source cap and a reserve.
+    pub trusted: Vec<ipnet::IpNet>,
+    /// Connections from one trusted address or /64.
+    pub max_per_trusted_source: usize,
+    /// Slots of `max_total` only trusted sources may take (0 when `trusted` is empty).
+    pub trusted_reserve: usize,
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]

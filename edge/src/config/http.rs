@@ -7,7 +7,19 @@ use edge_kit::config_file::FieldErrors;
 use serde::Deserialize;
 
 use crate::body_rate::BodyRate;
-use crate::deadline_io::Deadlines;
+
+/// The time limits on one client connection (enforced on its byte stream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlines {
+    /// A write that makes no progress this long fails (a client that stopped reading).
+    pub write_stall: Duration,
+    /// A connection with nothing to read or write this long closes.
+    pub idle: Duration,
+    /// An HTTP/1.1 request head must arrive this soon after its first byte.
+    pub head: Duration,
+    /// After this, reads see end-of-stream: the connection finishes and closes.
+    pub lifetime: Duration,
+}
 
 /// The `http` section, validated: per-connection and per-request limits.
 #[derive(Clone, Debug)]

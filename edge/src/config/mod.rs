@@ -23,9 +23,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use backhaul::{BackhaulSettings, ClientTls, HttpSinkSettings, NatsSettings, SinkSettings};
+pub use connections::Caps;
 use edge_kit::config_file::FieldErrors;
 pub use edge_kit::config_file::{ConfigErrors, FieldError};
-pub use http::HttpSettings;
+pub use http::{Deadlines, HttpSettings};
 pub use listener::ListenerSettings;
 pub use ranges::{Location, RangeSource, RangesSettings};
 pub use routes::{EarlyDataPolicy, Route, SecretFiles, default_priority};
@@ -52,7 +53,7 @@ pub struct Settings {
     /// Per-connection and per-request HTTP limits.
     pub http: HttpSettings,
     /// Connection caps, overall and per source.
-    pub connections: crate::conn_limits::Caps,
+    pub connections: Caps,
     /// `connections.trusted_ranges`: the `ranges` lists whose addresses are trusted as
     /// `connections.trusted` is, as each list is now.
     pub trusted_ranges: Vec<String>,

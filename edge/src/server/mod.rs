@@ -45,7 +45,7 @@ pub(crate) struct Server {
     pub live: ArcSwap<Live>,
     pub metrics: ServerMetrics,
     pub http: ConnectionBuilders,
-    pub deadlines: crate::deadline_io::Deadlines,
+    pub deadlines: crate::config::Deadlines,
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
     pub refusal_log: edge_kit::log_throttle::LogThrottle,
