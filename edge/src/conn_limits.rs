@@ -25,13 +25,13 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use edge_kit::ranges::NetSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Caps;
+use crate::http::ConnUsage;
 
 #[cfg(doc)]
 use crate::body_rate::BodyRate;
@@ -102,81 +102,6 @@ pub(crate) struct Admitted {
     pub id: ConnId,
     pub usage: Arc<ConnUsage>,
     pub evicted: Option<(Eviction, Arc<ConnUsage>)>,
-}
-
-/// What one connection is doing, shared between its task (which reports) and the table
-/// (which picks whom to evict).
-#[derive(Debug)]
-pub(crate) struct ConnUsage {
-    in_flight: AtomicU32,
-    /// Request bodies of this connection now arriving at a trickle.
-    trickling: AtomicU32,
-    /// Clock reading since which no request has been in progress; [`NOT_SERVING`]
-    /// until the handshake is done.
-    idle_since_ms: AtomicU64,
-    /// Cancelled when the connection must close: evicted, or the process shuts down.
-    closing: CancellationToken,
-    /// Cancelled when the peer abused the protocol: the connection is dropped at once.
-    abandoned: CancellationToken,
-}
-
-impl ConnUsage {
-    fn new(closing: CancellationToken) -> Self {
-        Self {
-            in_flight: AtomicU32::new(0),
-            trickling: AtomicU32::new(0),
-            idle_since_ms: AtomicU64::new(NOT_SERVING),
-            closing,
-            abandoned: CancellationToken::new(),
-        }
-    }
-
-    pub(crate) fn request_started(&self) {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn request_ended(&self, now_ms: u64) {
-        if self.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.idle_since_ms.store(now_ms, Ordering::Relaxed);
-        }
-    }
-
-    /// A request body of this connection starts (`true`) or stops (`false`) arriving
-    /// at a trickle; calls come in pairs.
-    pub(crate) fn trickling(&self, trickling: bool) {
-        if trickling {
-            self.trickling.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.trickling.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Since when the connection has had nothing to do; `None` while a request is in
-    /// progress or its handshake is not done.
-    pub(crate) fn idle_since(&self) -> Option<u64> {
-        let since = self.idle_since_ms.load(Ordering::Relaxed);
-        (self.in_flight.load(Ordering::Relaxed) == 0 && since != NOT_SERVING).then_some(since)
-    }
-
-    /// Fires when the connection must finish what it is doing and close.
-    pub(crate) fn closing(&self) -> &CancellationToken {
-        &self.closing
-    }
-
-    /// The peer abused the protocol (a body in tiny pieces): drop the connection now,
-    /// unread bytes and all, rather than parse what it still sends.
-    pub(crate) fn abandon(&self) {
-        self.abandoned.cancel();
-    }
-
-    /// Fires once [`ConnUsage::abandon`] was called.
-    pub(crate) fn abandoned(&self) -> &CancellationToken {
-        &self.abandoned
-    }
-
-    fn is_trickling(&self) -> bool {
-        self.trickling.load(Ordering::Relaxed) > 0
-    }
 }
 
 #[derive(Debug)]
@@ -294,7 +219,7 @@ impl ConnTable {
         let Some(tracked) = self.conns.get_mut(&id) else {
             return;
         };
-        tracked.usage.idle_since_ms.store(now_ms, Ordering::Relaxed);
+        tracked.usage.serving(now_ms);
         if std::mem::replace(&mut tracked.handshaking, false) {
             self.handshakes -= 1;
             if let Some(held) = self.per_source.get_mut(&tracked.source) {
@@ -377,7 +302,7 @@ impl ConnTable {
             })?;
         let tracked = self.conns.remove(&id)?;
         self.forget(&tracked);
-        tracked.usage.closing.cancel();
+        tracked.usage.closing().cancel();
         if kind == Eviction::Trickling {
             // Its request would otherwise keep the socket until the body ends.
             tracked.usage.abandon();
@@ -428,7 +353,6 @@ impl ConnTable {
 }
 
 /// `idle_since_ms` of a connection still in its TLS handshake.
-const NOT_SERVING: u64 = u64::MAX;
 /// The shortest handshake deadline pressure may set: a real handshake over a slow
 /// mobile path still fits.
 const MIN_HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(1000);

@@ -4,6 +4,7 @@
 
 mod app;
 mod body;
+mod conn_usage;
 mod h2_budget;
 pub(crate) mod keep_alive;
 mod metrics;
@@ -13,6 +14,7 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 pub(crate) use app::App;
+pub(crate) use conn_usage::ConnUsage;
 pub(crate) use h2_budget::io::BudgetedIo;
 pub(crate) use metrics::HttpMetrics;
 

@@ -14,6 +14,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Body;
 
+use super::ConnUsage;
 use super::app::{App, RouteEntry};
 use super::body::ResponseBody;
 use super::keep_alive::RequestBody;
@@ -22,7 +23,6 @@ use crate::admission::limiter::ShedReason;
 use crate::admission::{BodyClaim, Refusal};
 use crate::body_rate::BodyRate;
 use crate::config::EarlyDataPolicy;
-use crate::conn_limits::ConnUsage;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
 use crate::verify::{Challenge, ChallengeAnswer, ChallengeError, Verification, VerifyError};

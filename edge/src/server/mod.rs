@@ -25,11 +25,13 @@ pub(crate) use metrics::ConnectionMetrics;
 pub(crate) use workers::{Accepting, Placement};
 
 use crate::config::Settings;
-use crate::conn_limits::{Admitted, ConnId, ConnTable, ConnUsage};
+use crate::conn_limits::{Admitted, ConnId, ConnTable};
 use crate::deadline_io::DeadlineIo;
 use crate::http::keep_alive::{self, Activity, RequestBody};
 use crate::http::webhook::{self, Arrival};
-use crate::http::{App, BudgetedIo, ConnectionBuilders, HttpMetrics, connection_builders};
+use crate::http::{
+    App, BudgetedIo, ConnUsage, ConnectionBuilders, HttpMetrics, connection_builders,
+};
 use crate::sockets::is_fd_exhaustion;
 use crate::tls::TlsMetrics;
 use crate::tls::stream::TlsStream;
