@@ -13,18 +13,19 @@ use edge_kit::watchdog::Watchdog;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::admin::metrics::Metrics;
 use crate::admin::{Admin, Readiness};
 use crate::admission::Admission;
 use crate::admission::ledger::Ledger;
 use crate::backhaul::Sink;
 use crate::config::{BackhaulSettings, Settings};
 use crate::http::App;
-use crate::metrics::Metrics;
 use crate::ranges::trusted::TrustedRanges;
 use crate::reload::Reloader;
+use crate::server::sockets;
 use crate::server::{Accepting, Live, Placement, Server, ServerMetrics};
 use crate::spool::Spool;
-use crate::{sockets, tls};
+use crate::tls;
 
 /// Runs the edge with `settings` (read from `path`, re-read on SIGHUP) until SIGTERM or
 /// SIGINT: recovers the spool, serves webhooks and admin, delivers to the origin.
@@ -126,7 +127,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let watchdog = Watchdog::from_env();
     watchdog.ready();
     tokio::spawn(
-        crate::liveness::feed(watchdog, accepting.heartbeats(), Arc::clone(&spool))
+        crate::admin::liveness::feed(watchdog, accepting.heartbeats(), Arc::clone(&spool))
             .in_current_span(),
     );
 

@@ -10,6 +10,7 @@
 //! [`limiter`] and [`rate_limit`]; this module adds the clock, the waiting and metrics.
 
 mod body_bytes;
+pub mod body_rate;
 pub mod ledger;
 pub(crate) mod limiter;
 mod metrics;

@@ -224,7 +224,7 @@ impl Dialer {
             .uri
             .port_u16()
             .unwrap_or(if self.tls.is_some() { 443 } else { 80 });
-        let tcp = tokio::time::timeout(DIAL_TIMEOUT, crate::sockets::connect(host, port))
+        let tcp = tokio::time::timeout(DIAL_TIMEOUT, crate::server::sockets::connect(host, port))
             .await
             .context("connect timed out")??;
         let mut builder = http2::Builder::new(TokioExecutor::new());

@@ -6,7 +6,7 @@ use bytesize::ByteSize;
 use edge_kit::config_file::FieldErrors;
 use serde::Deserialize;
 
-use crate::body_rate::BodyRate;
+use crate::admission::body_rate::BodyRate;
 
 /// The time limits on one client connection (enforced on its byte stream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ pub(crate) struct App {
     /// anycast address landed on.
     pub pop: http::HeaderValue,
     pub routes: HashMap<String, Arc<RouteEntry>>,
-    pub body_rate: crate::body_rate::BodyRate,
+    pub body_rate: crate::admission::body_rate::BodyRate,
     pub request_timeout: std::time::Duration,
     /// The request-head limits, enforced here so a 431 is an answer like any other (the
     /// rest of the body discarded) rather than hyper closing the connection on it.

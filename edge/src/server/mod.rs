@@ -4,7 +4,10 @@
 //! connection takes the TLS config in force when it arrives, a request the routes in
 //! force when it starts, and both keep theirs to the end.
 
+pub(crate) mod conn_limits;
+mod deadline_io;
 mod metrics;
+pub(crate) mod sockets;
 mod workers;
 
 use std::sync::Arc;
@@ -25,16 +28,17 @@ pub(crate) use metrics::ConnectionMetrics;
 pub(crate) use workers::{Accepting, Placement};
 
 use crate::config::Settings;
-use crate::conn_limits::{Admitted, ConnId, ConnTable};
-use crate::deadline_io::DeadlineIo;
 use crate::http::keep_alive::{self, Activity, RequestBody};
 use crate::http::webhook::{self, Arrival};
 use crate::http::{
     App, BudgetedIo, ConnUsage, ConnectionBuilders, HttpMetrics, connection_builders,
 };
-use crate::sockets::is_fd_exhaustion;
 use crate::tls::TlsMetrics;
 use crate::tls::stream::TlsStream;
+
+use conn_limits::{Admitted, ConnId, ConnTable};
+use deadline_io::DeadlineIo;
+use sockets::is_fd_exhaustion;
 
 /// The metrics a connection touches, from accept to the last response.
 pub(crate) struct ServerMetrics {
@@ -164,7 +168,7 @@ impl Server {
         } = accepted;
         let metrics = &self.metrics.connections;
         metrics.open_connections.inc();
-        if crate::sockets::syn_carried_data(&stream) {
+        if sockets::syn_carried_data(&stream) {
             metrics.tfo_accepted.inc();
         }
         let _open = scopeguard(|| {

@@ -13,7 +13,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
 use super::{Connections, Server};
-use crate::liveness::{self, Heartbeats};
+use crate::admin::liveness::{self, Heartbeats};
 
 /// Where each worker runs: the CPU it is pinned to, round-robin over the CPUs the
 /// process may use.
@@ -160,7 +160,7 @@ impl Worker {
         &self,
         sockets: Vec<std::net::TcpListener>,
     ) -> anyhow::Result<(tokio::runtime::Runtime, Vec<tokio::net::TcpListener>)> {
-        if let Err(e) = crate::sockets::pin_current_thread(self.cpu) {
+        if let Err(e) = super::sockets::pin_current_thread(self.cpu) {
             tracing::warn!(worker = self.index, cpu = self.cpu, error = %e, "cannot pin the worker to its CPU; it runs where the scheduler puts it");
         }
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -1,6 +1,10 @@
 //! The admin listener (plain HTTP, bind it to a management address): `/healthz` (the
 //! process is alive), `/readyz` (this PoP can accept and store events: the BGP agent
-//! withdraws the prefix when it fails) and `/metrics`.
+//! withdraws the prefix when it fails) and `/metrics`. Beside it, [`liveness`] (the watchdog fed while the workers beat) and
+//! [`metrics`] (every family the process registers).
+
+pub(crate) mod liveness;
+pub mod metrics;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,8 +15,8 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 
-use crate::metrics::Metrics;
 use crate::spool::Spool;
+use metrics::Metrics;
 
 /// Process-level readiness: flags, and the tasks that must run as long as the process.
 #[derive(Debug, Default)]

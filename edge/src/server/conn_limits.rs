@@ -34,7 +34,7 @@ use crate::config::Caps;
 use crate::http::ConnUsage;
 
 #[cfg(doc)]
-use crate::body_rate::BodyRate;
+use crate::admission::body_rate::BodyRate;
 
 /// Why a connection was refused (a metric label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

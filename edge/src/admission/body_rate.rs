@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
+/// The slow-body rule's settings (`http.body_rate`), with the rule itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BodyRate {
     /// Bytes per second, averaged from the start of the body; 0 disables the check.
     pub min_bytes_per_second: u64,
+    /// How long a body may take before the rate is judged.
     pub grace: Duration,
+    /// The longest a whole body may take, whatever its rate.
     pub deadline: Duration,
 }
 
