@@ -127,7 +127,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     let watchdog = Watchdog::from_env();
     watchdog.ready();
     tokio::spawn(
-        crate::admin::liveness::feed(watchdog, accepting.heartbeats(), Arc::clone(&spool))
+        crate::server::liveness::feed(watchdog, accepting.heartbeats(), Arc::clone(&spool))
             .in_current_span(),
     );
 

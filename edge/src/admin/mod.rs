@@ -1,9 +1,8 @@
 //! The admin listener (plain HTTP, bind it to a management address): `/healthz` (the
 //! process is alive), `/readyz` (this PoP can accept and store events: the BGP agent
-//! withdraws the prefix when it fails) and `/metrics`. Beside it, [`liveness`] (the watchdog fed while the workers beat) and
-//! [`metrics`] (every family the process registers).
+//! withdraws the prefix when it fails) and `/metrics`; [`metrics`] holds every family
+//! the process registers.
 
-pub(crate) mod liveness;
 pub mod metrics;
 
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 
 pub(crate) mod conn_limits;
 mod deadline_io;
+pub(crate) mod liveness;
 mod metrics;
 pub(crate) mod sockets;
 mod workers;

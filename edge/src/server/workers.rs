@@ -12,8 +12,8 @@ use anyhow::Context;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
+use super::liveness::{self, Heartbeats};
 use super::{Connections, Server};
-use crate::admin::liveness::{self, Heartbeats};
 
 /// Where each worker runs: the CPU it is pinned to, round-robin over the CPUs the
 /// process may use.
