@@ -23,6 +23,7 @@ pub mod replay;
 pub mod resend;
 mod reserve;
 mod retained;
+mod rotation;
 pub mod scan;
 mod segments;
 mod shared;

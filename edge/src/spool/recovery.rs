@@ -24,9 +24,10 @@ use nix::fcntl::{Flock, FlockArg};
 use super::lag::LagBytes;
 use super::recent_ids::RecentIds;
 use super::record::{FRAME_HEADER_LEN, FrameError, HeaderError, SegmentFormat};
+use super::rotation::{SegmentMeta, create_segment, remove_delivered};
 use super::scan::{Damage, Scanned, highest_seq_named, scan_segment};
-use super::segments::{list_segments, new_segment_format, segment_path};
-use super::{checkpoint, quarantine, retained};
+use super::segments::{list_segments, segment_path};
+use super::{checkpoint, quarantine};
 use crate::config::SpoolSettings;
 
 /// What recovery found and did, for the start-up log.
@@ -60,14 +61,6 @@ pub struct CutTail {
     pub reason: FrameError,
     /// A write that never finished, rather than damage to a frame written whole.
     pub unfinished: bool,
-}
-
-#[derive(Debug)]
-pub(super) struct SegmentMeta {
-    pub bytes: u64,
-    pub format: SegmentFormat,
-    /// Holds damage: kept in `quarantine/` rather than deleted once delivered.
-    pub damaged: bool,
 }
 
 pub(super) struct Recovered {
@@ -383,66 +376,6 @@ fn open_active(
         },
     );
     Ok((file, false))
-}
-
-/// Creates a new, empty segment of the current format, with a fresh seed, durably (file
-/// and directory entry).
-pub(super) fn create_segment(dir: &Path, first_seq: u64) -> std::io::Result<(File, SegmentFormat)> {
-    let path = segment_path(dir, first_seq);
-    let format = new_segment_format()?;
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    file.write_all_at(&format.header(), 0)?;
-    file.sync_all()?;
-    checkpoint::sync_dir(dir)?;
-    Ok((file, format))
-}
-
-/// Removes every segment but the newest whose records are all at or below the
-/// checkpoint, that is, whose successor starts at or below `checkpoint + 1`: deleted, or
-/// kept for replay when `retain` (`retained`). One that held damage is moved to
-/// `quarantine/` instead.
-pub(super) fn remove_delivered(
-    dir: &Path,
-    segments: &mut BTreeMap<u64, SegmentMeta>,
-    checkpoint: u64,
-    retain: bool,
-) -> std::io::Result<u64> {
-    let firsts: Vec<u64> = segments.keys().copied().collect();
-    let delivered: Vec<u64> = firsts
-        .windows(2)
-        .filter(|pair| pair[1] <= checkpoint + 1)
-        .map(|pair| pair[0])
-        .collect();
-    let mut freed = 0;
-    for first in &delivered {
-        let path = segment_path(dir, *first);
-        match segments.remove(first) {
-            Some(meta) if meta.damaged => {
-                quarantine::move_in(
-                    dir,
-                    &path,
-                    "delivered, but held damaged records (see the log)",
-                )?;
-                freed += meta.bytes;
-            }
-            Some(meta) if retain => {
-                retained::keep(dir, &path)?;
-                freed += meta.bytes;
-            }
-            Some(meta) => {
-                fs::remove_file(&path)?;
-                freed += meta.bytes;
-            }
-            None => {}
-        }
-    }
-    if !delivered.is_empty() {
-        checkpoint::sync_dir(dir)?;
-    }
-    Ok(freed)
 }
 
 fn cut_tail(path: &Path, valid_len: usize, format: SegmentFormat) -> std::io::Result<()> {
