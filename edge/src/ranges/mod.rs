@@ -16,7 +16,7 @@ pub use edge_kit::ranges::{ListError, RangeList};
 pub use metrics::RangesMetrics;
 
 use crate::config::{RangeSource, RangesSettings};
-use crate::spool::checkpoint::{create_dir_durably, replace_durably};
+use crate::spool::durable::{create_dir_durably, replace_durably};
 
 /// What `edge ranges update` did with one source.
 #[derive(Debug)]

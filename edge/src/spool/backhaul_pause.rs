@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{replace_durably, sync_dir};
+use super::durable::{replace_durably, sync_dir};
 
 /// A pause as the operator set it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,11 +1,13 @@
 //! The backhaul's checkpoint: the highest sequence number delivered to the origin.
 //! Written atomically (temp file, fsync, rename, fsync of the directory) so a crash
-//! leaves either the old or the new value, never a mix. With it, the durable file
-//! operations the spool's other notes and queues share.
+//! leaves either the old or the new value, never a mix. With it, the other sequence
+//! numbers the spool notes the same way.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::Path;
+
+use super::durable::replace_durably;
 
 pub(crate) const FILE_NAME: &str = "checkpoint";
 const TEMP_NAME: &str = "checkpoint.tmp";
@@ -38,64 +40,6 @@ pub(crate) fn read_seq(dir: &Path, name: &str) -> io::Result<Option<u64>> {
 /// Writes `seq` to the file `name` of `dir` atomically, through `temp`.
 pub(crate) fn write_seq(dir: &Path, name: &str, temp: &str, seq: u64) -> io::Result<()> {
     replace_durably(dir, name, temp, &encode(seq))
-}
-
-/// Makes `dir/name` hold `bytes`, whole or not at all, durably: written to `temp`,
-/// fsynced, renamed over it, the directory fsynced.
-pub(crate) fn replace_durably(dir: &Path, name: &str, temp: &str, bytes: &[u8]) -> io::Result<()> {
-    let temp = dir.join(temp);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&temp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    fs::rename(&temp, dir.join(name))?;
-    sync_dir(dir)
-}
-
-/// Removes `path` (gone already is fine: a purge and a resend may meet) and makes that
-/// durable.
-pub(crate) fn remove_durably(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
-}
-
-/// Gives `path` the owner of `like`: an operator runs the commands as root, and the edge
-/// (its own user) must be able to remove what it resends from a queue.
-pub(crate) fn owned_like(path: &Path, like: &Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = fs::metadata(like)?;
-    std::os::unix::fs::chown(path, Some(owner.uid()), Some(owner.gid()))
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Creates `dir` and any missing parents durably: each new directory's entry is fsynced
-/// in its parent, or a power cut could take the directory, and all that was fsynced into
-/// it, away.
-pub(crate) fn create_dir_durably(dir: &Path) -> io::Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        create_dir_durably(parent)?;
-    }
-    match fs::create_dir(dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-        _ => {}
-    }
-    sync_dir(
-        dir.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new(".")),
-    )
 }
 
 fn encode(seq: u64) -> [u8; ENCODED_LEN] {

@@ -15,7 +15,7 @@ use std::time::UNIX_EPOCH;
 
 use super::append::{AppendError, NewEvent};
 use super::blocking::{Stop, blocking};
-use super::checkpoint::{create_dir_durably, owned_like, remove_durably, sync_dir};
+use super::durable::{create_dir_durably, owned_like, remove_durably, sync_dir};
 use super::record::Record;
 use super::scan::{named_without_header, scan_segment};
 use super::segments::new_segment_format;

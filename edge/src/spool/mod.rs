@@ -8,6 +8,7 @@ pub mod backhaul_pause;
 mod blocking;
 pub(crate) mod checkpoint;
 pub mod dead_letters;
+pub(crate) mod durable;
 mod group_commit;
 mod inspect;
 mod kept;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use edge_kit::clock::unix_ms;
 
-use super::checkpoint::{create_dir_durably, sync_dir};
+use super::durable::{create_dir_durably, sync_dir};
 use super::record::Record;
 use super::scan::{named_in_frames, named_without_header, scan_segment};
 

@@ -27,7 +27,7 @@ use super::record::{FRAME_HEADER_LEN, FrameError, HeaderError, SegmentFormat};
 use super::rotation::{SegmentMeta, create_segment, remove_delivered};
 use super::scan::{Damage, Scanned, highest_seq_named, scan_segment};
 use super::segments::{list_segments, segment_path};
-use super::{checkpoint, quarantine};
+use super::{checkpoint, durable, quarantine};
 use crate::config::SpoolSettings;
 
 /// What recovery found and did, for the start-up log.
@@ -168,7 +168,7 @@ impl Replay {
             // Made but its header never written (a crash at the roll): nothing is in it.
             Err(HeaderError::Torn) if is_last => {
                 fs::remove_file(path)?;
-                checkpoint::sync_dir(&self.dir)?;
+                durable::sync_dir(&self.dir)?;
                 return Ok(None);
             }
             Err(error) => {
@@ -320,7 +320,7 @@ fn log_damage(path: &Path, first: u64, damage: &Damage) {
 /// Creates the spool directory and takes its lock: two processes on one spool would
 /// interleave their appends.
 fn lock_dir(dir: &Path) -> anyhow::Result<Flock<File>> {
-    checkpoint::create_dir_durably(dir)
+    durable::create_dir_durably(dir)
         .with_context(|| format!("spool.dir {}: cannot create", dir.display()))?;
     let lock_file = OpenOptions::new()
         .create(true)

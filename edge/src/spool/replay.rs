@@ -16,7 +16,8 @@ use edge_kit::clock::unix_ms;
 
 use super::append::{AppendError, NewEvent};
 use super::blocking::{Stop, blocking};
-use super::checkpoint::{self, create_dir_durably, owned_like, remove_durably, sync_dir};
+use super::checkpoint;
+use super::durable::{create_dir_durably, owned_like, remove_durably, sync_dir};
 use super::record::{RecordView, SegmentFormat};
 use super::scan::scan_segment;
 use super::segments::{list_segments, new_segment_format};

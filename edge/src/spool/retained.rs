@@ -9,7 +9,7 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::checkpoint::{create_dir_durably, sync_dir};
+use super::durable::{create_dir_durably, sync_dir};
 use super::segments::list_segments;
 
 /// Moves the delivered segment at `path` into `delivered/` (the caller syncs the spool

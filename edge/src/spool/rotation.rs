@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::record::SegmentFormat;
 use super::segments::{new_segment_format, segment_path};
-use super::{checkpoint, quarantine, retained};
+use super::{durable, quarantine, retained};
 
 /// What the spool keeps about each segment on disk.
 #[derive(Debug)]
@@ -31,7 +31,7 @@ pub(super) fn create_segment(dir: &Path, first_seq: u64) -> std::io::Result<(Fil
         .open(&path)?;
     file.write_all_at(&format.header(), 0)?;
     file.sync_all()?;
-    checkpoint::sync_dir(dir)?;
+    durable::sync_dir(dir)?;
     Ok((file, format))
 }
 
@@ -75,7 +75,7 @@ pub(super) fn remove_delivered(
         }
     }
     if !delivered.is_empty() {
-        checkpoint::sync_dir(dir)?;
+        durable::sync_dir(dir)?;
     }
     Ok(freed)
 }

@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
-use super::checkpoint;
+use super::durable;
 use super::record::SegmentFormat;
 use super::segments::{new_segment_format, segment_path};
 use crate::config::SpoolSettings;
@@ -65,7 +65,7 @@ impl Spare {
         match std::mem::replace(&mut self.state, State::Failed) {
             State::Ready(made) => {
                 std::fs::rename(self.dir.join(FILE_NAME), segment_path(&self.dir, first_seq))?;
-                checkpoint::sync_dir(&self.dir)?;
+                durable::sync_dir(&self.dir)?;
                 self.state = make(&self.dir, self.segment_bytes);
                 Ok(Some(made))
             }
