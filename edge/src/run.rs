@@ -59,7 +59,7 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let admission = start_admission(&settings, &metrics, sink.clone());
+    let admission = start_admission(&settings, &metrics, &spool, sink.clone());
     let trusting = Arc::clone(&admission);
     let readiness = Arc::new(Readiness::default());
     if let Some(writer) = spool.writer_task() {
@@ -163,10 +163,12 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Admission control, with its shed ledger shipped through `sink` when there is one.
+/// Admission control, with its shed ledger shipped through `sink` when there is one,
+/// reading how full `spool` is.
 fn start_admission(
     settings: &Settings,
     metrics: &Metrics,
+    spool: &Arc<Spool>,
     sink: Option<Arc<Sink>>,
 ) -> Arc<Admission> {
     let ledger = Ledger::start(
@@ -179,6 +181,10 @@ fn start_admission(
         settings.admission.clone(),
         metrics.admission.clone(),
         Some(ledger),
+        {
+            let spool = Arc::clone(spool);
+            Arc::new(move || spool.fill())
+        },
     )
 }
 

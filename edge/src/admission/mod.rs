@@ -65,6 +65,7 @@ pub enum Refusal {
 /// stores, shed by priority when the limit, the rate limit or the spool says so.
 pub struct Admission {
     origin: Instant,
+    spool_fill: SpoolFill,
     state: Mutex<State>,
     metrics: AdmissionMetrics,
     ledger: Option<Ledger>,
@@ -81,6 +82,11 @@ struct State {
     rates: RateLimits<Arc<str>>,
     bodies: BodyBytes,
 }
+
+/// How full the spool is now, as a fraction of `spool.max_bytes` (what
+/// `spool_shed_low_above` and `spool_high_only_above` are compared with); given to
+/// [`Admission::new`], read at each request's check.
+pub type SpoolFill = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 /// A request let in at its head, reading its body: it counts against the free slots
 /// (when admission is on) and holds room for its body in the body budget until dropped.
@@ -104,11 +110,13 @@ pub struct Permit {
 }
 
 impl Admission {
-    /// `ledger` keeps what was refused for reconciliation (see [`ledger`]).
+    /// `ledger` keeps what was refused for reconciliation (see [`ledger`]); `spool_fill`
+    /// says how full the spool is.
     pub fn new(
         settings: AdmissionSettings,
         metrics: AdmissionMetrics,
         ledger: Option<Ledger>,
+        spool_fill: SpoolFill,
     ) -> Arc<Self> {
         metrics.limit.set(settings.limiter.initial_limit as i64);
         Arc::new(Self {
@@ -121,6 +129,7 @@ impl Admission {
                 settings,
             }),
             origin: Instant::now(),
+            spool_fill,
             metrics,
             ledger,
         })
@@ -172,7 +181,6 @@ impl Admission {
         priority: Priority,
         rate: Option<Rate>,
         source: IpAddr,
-        spool_fill: f64,
         body_bytes: u64,
     ) -> Result<BodyClaim, Refusal> {
         let now = self.now();
@@ -204,7 +212,7 @@ impl Admission {
         {
             Err(("rate_limited", Refusal::RateLimited(wait)))
         } else {
-            let head = match spool_pressure(&state.settings, priority, spool_fill) {
+            let head = match spool_pressure(&state.settings, priority, (self.spool_fill)()) {
                 Some(reason) => Err(reason),
                 None => state.limiter.head(now, priority),
             };
@@ -445,6 +453,40 @@ fn spool_pressure(
 mod tests {
     use super::*;
 
+    fn empty_spool() -> SpoolFill {
+        spool_at(0.0)
+    }
+
+    fn spool_at(fill: f64) -> SpoolFill {
+        Arc::new(move || fill)
+    }
+
+    #[test]
+    fn the_spool_fill_it_was_given_sheds_low_then_all_but_high() {
+        let route: Arc<str> = Arc::from("r");
+        let source: IpAddr = "198.51.100.1".parse().unwrap();
+        let fill = Arc::new(parking_lot::Mutex::new(0.6));
+        let reading = Arc::clone(&fill);
+        let admission = Admission::new(
+            settings(true),
+            AdmissionMetrics::default(),
+            None,
+            Arc::new(move || *reading.lock()),
+        );
+        let check = |priority| {
+            admission
+                .check(&route, priority, None, source, 1024)
+                .is_ok()
+        };
+        assert!(!check(Priority::Low), "over spool_shed_low_above");
+        assert!(check(Priority::Default));
+        *fill.lock() = 0.9;
+        assert!(!check(Priority::Default), "over spool_high_only_above");
+        assert!(check(Priority::High));
+        *fill.lock() = 0.1;
+        assert!(check(Priority::Low));
+    }
+
     fn settings(enabled: bool) -> AdmissionSettings {
         AdmissionSettings {
             enabled,
@@ -466,7 +508,12 @@ mod tests {
     /// A reload that turns admission on or off leaves no slot counted twice or never.
     #[tokio::test]
     async fn a_reload_applies_to_the_next_request_and_balances_the_slots_given_before_it() {
-        let admission = Admission::new(settings(false), AdmissionMetrics::default(), None);
+        let admission = Admission::new(
+            settings(false),
+            AdmissionMetrics::default(),
+            None,
+            empty_spool(),
+        );
         let uncounted = admission.acquire(Priority::Default).await.unwrap();
         admission.reconfigure(settings(true));
         let counted = admission.acquire(Priority::Default).await.unwrap();
@@ -506,7 +553,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_gets_the_slot_a_permit_gives_back_and_a_dropped_waiter_gives_it_on() {
-        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
+        let admission = Admission::new(
+            settings(true),
+            AdmissionMetrics::default(),
+            None,
+            empty_spool(),
+        );
         let first = admission.acquire(Priority::High).await.unwrap();
         let _second = admission.acquire(Priority::High).await.unwrap();
         let waiting = tokio::spawn({
@@ -532,7 +584,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_past_max_wait_is_shed() {
-        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
+        let admission = Admission::new(
+            settings(true),
+            AdmissionMetrics::default(),
+            None,
+            empty_spool(),
+        );
         let _held: Vec<Permit> = vec![
             admission.acquire(Priority::High).await.unwrap(),
             admission.acquire(Priority::High).await.unwrap(),
@@ -549,7 +606,7 @@ mod tests {
         let mut s = settings(true);
         s.limiter.max_wait = Duration::from_secs(2);
         s.limiter.max_queue = 4;
-        let admission = Admission::new(s, AdmissionMetrics::default(), None);
+        let admission = Admission::new(s, AdmissionMetrics::default(), None, empty_spool());
         let mut held = vec![
             admission.acquire(Priority::High).await.unwrap(),
             admission.acquire(Priority::High).await.unwrap(),
@@ -568,7 +625,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(120)).await;
         assert!(
             admission
-                .check(&route, Priority::High, None, source, 0.0, 1024)
+                .check(&route, Priority::High, None, source, 1024)
                 .is_ok()
         );
         tokio::time::sleep(Duration::from_millis(130)).await;
@@ -589,13 +646,18 @@ mod tests {
     #[tokio::test]
     async fn body_claims_hold_room_in_the_body_budget_until_dropped() {
         for enabled in [true, false] {
-            let admission = Admission::new(settings(enabled), AdmissionMetrics::default(), None);
+            let admission = Admission::new(
+                settings(enabled),
+                AdmissionMetrics::default(),
+                None,
+                empty_spool(),
+            );
             let route: Arc<str> = Arc::from("r");
             let one: IpAddr = "198.51.100.7".parse().unwrap();
             let other: IpAddr = "198.51.100.8".parse().unwrap();
             let mib = 1 << 20;
             let check =
-                |source, bytes| admission.check(&route, Priority::High, None, source, 0.0, bytes);
+                |source, bytes| admission.check(&route, Priority::High, None, source, bytes);
             let first = check(one, mib).expect("a share's worth");
             assert!(matches!(
                 check(one, 1),
@@ -608,12 +670,17 @@ mod tests {
             assert_eq!(admission.state().bodies.held(), 0);
             check(one, mib).expect("room given back");
         }
-        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
+        let admission = Admission::new(
+            settings(true),
+            AdmissionMetrics::default(),
+            None,
+            empty_spool(),
+        );
         let route: Arc<str> = Arc::from("r");
         let source: IpAddr = "198.51.100.7".parse().unwrap();
         let _held = admission.acquire(Priority::High).await.unwrap();
-        let _claim = admission.check(&route, Priority::Low, None, source, 0.0, 1024);
-        let refused = admission.check(&route, Priority::Low, None, source, 0.0, 1024);
+        let _claim = admission.check(&route, Priority::Low, None, source, 1024);
+        let refused = admission.check(&route, Priority::Low, None, source, 1024);
         assert!(matches!(refused, Err(Refusal::Shed(ShedReason::NoSlot))));
         assert_eq!(
             admission.state().bodies.held(),
@@ -624,12 +691,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_claim_holds_a_free_slot_until_dropped() {
-        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
+        let admission = Admission::new(
+            settings(true),
+            AdmissionMetrics::default(),
+            None,
+            empty_spool(),
+        );
         let route: Arc<str> = Arc::from("r");
         let source: IpAddr = "198.51.100.7".parse().unwrap();
-        let low = |admission: &Arc<Admission>| {
-            admission.check(&route, Priority::Low, None, source, 0.0, 1024)
-        };
+        let low =
+            |admission: &Arc<Admission>| admission.check(&route, Priority::Low, None, source, 1024);
         let _held = admission.acquire(Priority::High).await.unwrap();
         let claim = low(&admission).expect("one slot free");
         assert!(matches!(
@@ -645,7 +716,12 @@ mod tests {
 
     #[test]
     fn rate_limits_spare_trusted_sources_and_off_admits_everything() {
-        let admission = Admission::new(settings(true), AdmissionMetrics::default(), None);
+        let admission = Admission::new(
+            settings(true),
+            AdmissionMetrics::default(),
+            None,
+            empty_spool(),
+        );
         let route: Arc<str> = Arc::from("r");
         let rate = Some(Rate {
             per_second: 1.0,
@@ -655,24 +731,29 @@ mod tests {
         let trusted: IpAddr = "192.0.2.7".parse().unwrap();
         assert!(
             admission
-                .check(&route, Priority::High, rate, outsider, 0.0, 1024)
+                .check(&route, Priority::High, rate, outsider, 1024)
                 .is_ok()
         );
         assert!(matches!(
-            admission.check(&route, Priority::High, rate, outsider, 0.0, 1024),
+            admission.check(&route, Priority::High, rate, outsider, 1024),
             Err(Refusal::RateLimited(_))
         ));
         for _ in 0..5 {
             assert!(
                 admission
-                    .check(&route, Priority::High, rate, trusted, 0.0, 1024)
+                    .check(&route, Priority::High, rate, trusted, 1024)
                     .is_ok()
             );
         }
-        let off = Admission::new(settings(false), AdmissionMetrics::default(), None);
+        let off = Admission::new(
+            settings(false),
+            AdmissionMetrics::default(),
+            None,
+            spool_at(1.0),
+        );
         for _ in 0..5 {
             assert!(
-                off.check(&route, Priority::Low, rate, outsider, 1.0, 1024)
+                off.check(&route, Priority::Low, rate, outsider, 1024)
                     .is_ok()
             );
         }

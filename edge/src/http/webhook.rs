@@ -236,7 +236,6 @@ fn before_body(
             route.priority,
             route.rate_limit,
             arrival.source,
-            app.spool.fill(),
             most,
         )
         .map_err(|refusal| refused(app, entry, &parts.headers, refusal))?;
