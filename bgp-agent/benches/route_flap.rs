@@ -9,6 +9,11 @@
 //!
 //! Run as root: `cargo bench -p bgp-agent --bench route_flap` (about 12 minutes).
 //! FLAP_SECONDS and REPS shorten it.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark stops at the line that failed"
+)]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

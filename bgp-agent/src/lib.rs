@@ -2,7 +2,6 @@
 //! store webhooks, withdraws it when it cannot, with hysteresis so a flapping check cannot
 //! flap the route. `hysteresis` decides (pure), `checks/` observe, `speaker/` announces or
 //! withdraws (ExaBGP or BIRD), `guard` refuses a withdraw that would empty the fleet.
-#![warn(missing_docs)]
 
 mod agent;
 mod checks;

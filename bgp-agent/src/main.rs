@@ -1,3 +1,5 @@
+//! `bgp-agent`: announces or withdraws the PoP's anycast prefix as its health says.
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

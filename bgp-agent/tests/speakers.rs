@@ -3,6 +3,8 @@
 //! the upstream's kernel table as the PoP's readiness fails and recovers, on drain, and
 //! when the agent stops. Needs root (CI runs as root).
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;

@@ -14,6 +14,11 @@
 //!                                              RATE: a fixed offered rate instead of FACTOR,
 //!                                              OFF_ROW=0: no admission-off row,
 //!                                              ADMISSION, SPOOL: extra config keys)
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark stops at the line that failed"
+)]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

@@ -6,6 +6,11 @@
 //!
 //! Needs nats-server on PATH: `cargo bench -p edge --bench backhaul_nats`.
 //! EVENTS, ROUNDS and RATE adjust it.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark stops at the line that failed"
+)]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

@@ -9,6 +9,11 @@
 //! Runs the release edge binary: `cargo build --release -p edge && cargo bench -p edge
 //! --bench zero_rtt`. ROUNDS and RTT_MS adjust it.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark stops at the line that failed"
+)]
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

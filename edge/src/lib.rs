@@ -7,8 +7,6 @@
 //! health and metrics, `backhaul/` forwards the spool to the origin queue, `operator/`
 //! the commands operators run beside it.
 
-#![warn(missing_docs)]
-
 mod admin;
 pub mod admission;
 pub mod backhaul;

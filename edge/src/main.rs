@@ -1,3 +1,5 @@
+//! `edge`: the webhook edge's binary (`run`, `check-config` and the operators' commands).
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -8,6 +8,8 @@
 //! The tests of this file take turns (one lock): they measure latency and CPU. Their
 //! edges spool in memory, so that the disk's stalls are not counted as the attacker's.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

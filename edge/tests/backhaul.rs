@@ -1,6 +1,8 @@
 //! The backhaul against a real nats-server with JetStream (from Debian), started here on
 //! a loopback port with its store in a temp dir, stopped by PID.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::sync::Arc;

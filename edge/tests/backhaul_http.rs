@@ -3,6 +3,8 @@
 //! 400 (dead letter), 401 twice (retried: the origin's credential, not the event), 500
 //! while "down" (circuit breaker).
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,6 +2,8 @@
 //! restart. Every event that got a 2xx must be in the spool exactly once, and recovery
 //! must report the torn tail it cut; with segments that grow and with preallocated ones.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};

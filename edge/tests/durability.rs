@@ -17,6 +17,8 @@
 //!   segments of 600 records: every record the damage did not touch reaches the origin, nothing is
 //!   deleted, new events go through within 5 s, `edge spool-verify` names exactly the
 //!   damaged records.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

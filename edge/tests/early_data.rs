@@ -4,6 +4,8 @@
 //! tickets) and nothing is processed twice; a proxy's `Early-Data: 1` header counts as
 //! early.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -2,6 +2,8 @@
 //! them in a loop, is cut off with GOAWAY while a legitimate HTTP/2 client on another
 //! connection keeps working; a peer that stops answering PINGs is closed.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::time::Duration;
 
 use testkit::edge::*;

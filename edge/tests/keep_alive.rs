@@ -1,6 +1,8 @@
 //! HTTP/1.1 keep-alive on the real binary while idle connections are held outside hyper:
 //! requests apart in time, pipelined, split across pauses, or answered before their
 //! body ended all get their answers, in order, on one connection.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

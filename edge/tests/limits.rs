@@ -3,6 +3,8 @@
 //! and closed connections free their slots; idle connections end by the idle timeout;
 //! providers' published lists, kept by `edge ranges update`, are trusted while current.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;

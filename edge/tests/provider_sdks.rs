@@ -3,6 +3,8 @@
 //! must accept it, and refuse the same delivery with one body byte flipped, signed too
 //! long ago, or signed with another secret or key.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use testkit::edge::nats::Nats;

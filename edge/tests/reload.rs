@@ -4,6 +4,8 @@
 //! Not one request fails; each change is seen from outside when it is applied (the
 //! renewed certificate's expiry in the metrics too).
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

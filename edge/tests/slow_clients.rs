@@ -5,6 +5,8 @@
 //! do the work: legitimate requests keep succeeding, descriptors and memory stay
 //! bounded, and the attack's connections are closed by the limits (counted by reason).
 //! Once more with the open-files limit at 1,024: accept backs off on EMFILE and recovers.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

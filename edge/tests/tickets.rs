@@ -3,6 +3,8 @@
 //! file; an edge without it does not; rotating the file (SIGHUP) keeps old tickets valid
 //! while their key is listed and ends them once it is gone.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! The real `edge` binary on loopback, driven over HTTPS (h1 and h2, reqwest and curl):
 //! every answer the webhook path gives, de-duplication, metrics, drain and shutdown.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

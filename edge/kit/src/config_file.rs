@@ -245,14 +245,14 @@ mod tests {
     use super::*;
 
     #[derive(Debug, serde::Deserialize)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "fields only the parser reads")]
     struct Raw {
         routes: Vec<RawRoute>,
         name: Option<String>,
     }
 
     #[derive(Debug, serde::Deserialize)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "fields only the parser reads")]
     struct RawRoute {
         secrets: Vec<String>,
         max: Option<u32>,
@@ -280,7 +280,7 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "fields only the parser reads")]
     struct Listener {
         port: Option<u16>,
         name: Option<String>,
@@ -291,7 +291,7 @@ mod tests {
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
+    #[allow(dead_code, reason = "fields only the parser reads")]
     struct Nested {
         size: Option<u32>,
         required: u32,

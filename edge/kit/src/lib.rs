@@ -1,8 +1,6 @@
 //! The pieces every binary of the appliance (`edge`, `bgp-agent`, `edge-xdp`) needs
 //! the same way. Kept small: one module per concern.
 
-#![warn(missing_docs)]
-
 pub mod admin;
 pub mod clock;
 pub mod config_file;

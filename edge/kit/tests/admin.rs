@@ -1,6 +1,8 @@
 //! The admin server under a flood of connections that never finish a request head: each
 //! is closed within the header timeout, the oldest makes room when the server is full,
 //! and a monitor's request beside the flood is answered at once.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

@@ -181,9 +181,10 @@ async fn handle_route(
 /// size, the signature headers, shedding (which costs the sender one round trip and us
 /// nothing here) and room in the body budget. A request let in holds a claim on a slot
 /// and room for its body while its body is read, and its verification in progress.
-// The answer is moved once, to the caller that sends it: boxing would cost a refusal an
-// allocation.
-#[allow(clippy::result_large_err)]
+#[allow(
+    clippy::result_large_err,
+    reason = "the answer is moved once, to the caller that sends it: boxing would cost a refusal an allocation"
+)]
 fn before_body(
     app: &App,
     entry: &RouteEntry,

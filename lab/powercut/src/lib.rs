@@ -12,7 +12,6 @@
 //! The model follows LazyFS (Ramos et al., "When Amnesia Strikes", VLDB 2024): a page
 //! cache of its own that only a sync empties. Files are served with direct I/O, so the
 //! kernel keeps no cache of them that would outlive a cut.
-#![warn(missing_docs)]
 
 mod fs;
 mod model;

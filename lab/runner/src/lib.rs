@@ -6,7 +6,6 @@
 //! `timeline` draws a scenario as a PNG; `readme` hands the README's example configs to
 //! the tests; `wan` is a long-haul link with delay and loss; `h2_load` is the
 //! benchmarks' HTTP/2 load.
-#![warn(missing_docs)]
 
 pub mod dashboard;
 pub mod h2_load;

@@ -5,6 +5,8 @@
 //! BIRD; then upgraded by `rolling-deploy.yml` under load (each stage judged by its
 //! Prometheus gate), a broken build stopped at the canary and rolled back, and refused a
 //! bad config.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

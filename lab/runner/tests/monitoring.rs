@@ -3,6 +3,8 @@
 //! unit tests pass, every alert has a test in which it fires and a runbook section its
 //! `runbook_url` points at, and every dashboard query parses. (The lab scenarios run the
 //! dashboard's queries against the lab's Prometheus.)
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

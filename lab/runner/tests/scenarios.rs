@@ -3,6 +3,8 @@
 //! watching them. Each scenario prints one result line; together they prove that
 //! senders land on the anycast PoPs, that failures move traffic and raise the right
 //! alerts, and that nothing acknowledged is lost.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

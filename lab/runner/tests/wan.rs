@@ -1,6 +1,8 @@
 //! `lab wan` between two namespaces (as root): the round trip is twice the delay, a bulk
 //! TCP transfer crosses whole (segmentation-offloaded frames included), and the share
 //! of datagrams lost is the share asked for.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

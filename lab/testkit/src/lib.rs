@@ -3,7 +3,11 @@
 //! and ExaBGP namespaces (`bgp`), the XDP filter's veth pair and crafted packets (`xdp`,
 //! `packets`), and the `lab` binary driven as a user would, on the small topology (`e2e`)
 //! and on the fleet (`fleet`).
-#![warn(missing_docs)]
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test support: a failed step stops its test at the line"
+)]
 #![allow(
     clippy::expect_used,
     reason = "test fixtures: a failed one stops the test where it says"

@@ -1,7 +1,6 @@
 //! Types shared by the kernel-side XDP program and the user-side loader. Everything is
 //! `#[repr(C)]` and plain data, so both sides agree on the layout of every map.
 #![no_std]
-#![warn(missing_docs)]
 
 /// Why a packet was passed or dropped; the index into the counters map.
 #[repr(u32)]

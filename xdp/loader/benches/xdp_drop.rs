@@ -11,6 +11,11 @@
 //!    /proc/stat, sender included: on veth the receive path runs inside the sender's
 //!    transmit call, so the two cannot be told apart).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark stops at the line that failed"
+)]
+
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};

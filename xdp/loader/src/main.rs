@@ -1,3 +1,5 @@
+//! `edge-xdp`: loads the XDP filter onto the NIC and keeps its lists and counters.
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;

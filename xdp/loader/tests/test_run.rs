@@ -1,5 +1,7 @@
 //! The XDP program in the kernel, fed crafted packets with BPF_PROG_TEST_RUN: the
 //! verifier accepts it, and every packet gets the expected verdict and counter. Root.
+
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
 #![allow(
     clippy::expect_used,
     reason = "test code: a failed step stops the run where it says"

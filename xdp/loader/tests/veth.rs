@@ -3,6 +3,8 @@
 //! each kind of junk; a legitimate HTTP client keeps working; the counters match what was
 //! sent; SIGHUP swaps the blocklist without detaching. Root.
 
+#![allow(clippy::unwrap_used, reason = "a test stops at the line that failed")]
+
 use std::time::{Duration, Instant, SystemTime};
 
 use testkit::xdp::Lab;
