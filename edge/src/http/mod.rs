@@ -1,40 +1,46 @@
-//! The HTTP side of the edge: the hyper connection settings, and the face of its parts.
-//! Shared application state and the route table are in [`app`]; the webhook path
-//! itself in [`webhook`]; HTTP/1.1 keep-alive without idle buffers in [`keep_alive`].
+//! The HTTP side of the edge: a connection handed over by the server after its TLS
+//! handshake is served here to its end ([`Serving::serve`]). Inside: the hyper settings
+//! (below), shared application state and the route table in [`app`], the webhook path in
+//! [`webhook`], HTTP/1.1 keep-alive without idle buffers in [`keep_alive`], HTTP/2's
+//! control-frame budget in [`h2_budget`].
 
 mod app;
 mod body;
 mod conn_usage;
 mod h2_budget;
-pub(crate) mod keep_alive;
+mod head_clock;
+mod keep_alive;
 mod metrics;
-pub(crate) mod webhook;
+mod serve;
+mod webhook;
 
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 pub(crate) use app::App;
 pub(crate) use conn_usage::ConnUsage;
-pub(crate) use h2_budget::io::BudgetedIo;
+use h2_budget::io::BudgetedIo;
+pub(crate) use head_clock::HeadClock;
 pub(crate) use metrics::HttpMetrics;
+pub(crate) use serve::{Handover, Host, Serving};
 
 use crate::config::HttpSettings;
 
 /// hyper's HTTP/1.1 and HTTP/2 servers, from config; a connection gets the one its TLS
 /// handshake chose by ALPN (hyper-util's auto-detection pre-reads 24 bytes, which makes
 /// hyper double its HTTP/1.1 read buffer to 16 KiB on every connection).
-pub(crate) struct ConnectionBuilders {
-    pub http1: http1::Builder,
-    pub http2: http2::Builder<TokioExecutor>,
+struct ConnectionBuilders {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
     /// The budget of HTTP/2 frames that advance no request (see [`BudgetedIo`]).
-    pub h2_control_frames_per_second: u32,
+    h2_control_frames_per_second: u32,
 }
 
 /// hyper parses request heads up to twice the configured limits (fields: see
 /// [`parsed_headers`]), so that the request path answers a head over them with a 431 its
 /// sender reads (hyper's own 431 closes the connection while a client may still be
 /// sending, and curl then loses it); beyond that, hyper refuses by itself.
-pub(crate) fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders {
+fn connection_builders(settings: &HttpSettings) -> ConnectionBuilders {
     let mut http1 = http1::Builder::new();
     // The head deadline is `DeadlineIo`'s: hyper's would also end idle keep-alives.
     http1

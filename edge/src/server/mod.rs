@@ -1,6 +1,7 @@
-//! Accepting client connections: the accept loop (with EMFILE back-off), the TLS
-//! handshake under a deadline, and one hyper connection per client, all stoppable for a
-//! graceful shutdown. What a reload may change ([`Live`]) is swapped atomically: a new
+//! Accepting client connections: the accept loop (with EMFILE back-off), the connection
+//! caps and evictions (`conn_limits`), the byte-stream deadlines (`deadline_io`), the TLS
+//! handshake under a deadline; then the connection is handed to `http` to be served, all
+//! stoppable for a graceful shutdown. What a reload may change ([`Live`]) is swapped atomically: a new
 //! connection takes the TLS config in force when it arrives, a request the routes in
 //! force when it starts, and both keep theirs to the end.
 
@@ -15,10 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulConnection;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -29,11 +26,7 @@ pub(crate) use metrics::ConnectionMetrics;
 pub(crate) use workers::{Accepting, Placement};
 
 use crate::config::Settings;
-use crate::http::keep_alive::{self, Activity, RequestBody};
-use crate::http::webhook::{self, Arrival};
-use crate::http::{
-    App, BudgetedIo, ConnUsage, ConnectionBuilders, HttpMetrics, connection_builders,
-};
+use crate::http::{App, ConnUsage, Handover, Host, HttpMetrics, Serving};
 use crate::tls::TlsMetrics;
 use crate::tls::stream::TlsStream;
 
@@ -51,14 +44,12 @@ pub(crate) struct ServerMetrics {
 pub(crate) struct Server {
     pub live: ArcSwap<Live>,
     pub metrics: ServerMetrics,
-    pub http: ConnectionBuilders,
+    /// What serves a connection once its handshake is done.
+    pub http: Serving,
     pub deadlines: crate::config::Deadlines,
     /// Connection caps, checked before any TLS work.
     pub connections: Mutex<ConnTable>,
-    pub refusal_log: edge_kit::log_throttle::LogThrottle,
     pub eviction_log: edge_kit::log_throttle::LogThrottle,
-    /// An HTTP/2 connection with no stream open this long is closed.
-    h2_idle: Duration,
     /// What the connection table's idle times are measured from.
     clock_origin: tokio::time::Instant,
 }
@@ -72,15 +63,18 @@ pub(crate) struct Live {
 
 impl Server {
     pub(crate) fn new(live: Live, settings: &Settings, metrics: ServerMetrics) -> Self {
+        let http = Serving::new(
+            &settings.http,
+            metrics.http.clone(),
+            metrics.connections.idle_connections.clone(),
+        );
         Self {
             live: ArcSwap::from_pointee(live),
             metrics,
-            http: connection_builders(&settings.http),
+            http,
             deadlines: settings.http.deadlines,
             connections: Mutex::new(ConnTable::new(settings.connections.clone())),
-            refusal_log: Default::default(),
             eviction_log: Default::default(),
-            h2_idle: settings.http.deadlines.idle,
             clock_origin: tokio::time::Instant::now(),
         }
     }
@@ -140,7 +134,7 @@ impl Server {
                             // Closed before the handshake: an over-cap source costs one accept.
                             drop(stream);
                             self.metrics.connections.refused(refusal.reason());
-                            if self.refusal_log.allow() {
+                            if self.http.refusal_log.allow() {
                                 tracing::warn!(%peer, reason = refusal.reason(), "connection over its cap, closed before TLS (logged at most once a second)");
                             }
                         }
@@ -182,7 +176,7 @@ impl Server {
         let _limits = scopeguard(|| {
             if let Some(expired) = expired.get() {
                 self.metrics.http.reject(expired.reason());
-                if self.refusal_log.allow() {
+                if self.http.refusal_log.allow() {
                     tracing::info!(%peer, reason = expired.reason(), "connection ended by a time limit (logged at most once a second)");
                 }
             }
@@ -190,78 +184,18 @@ impl Server {
         // Boxed, like what serves the connection, so that the task of a connection
         // that is open for hours is not sized for every stage it has been through.
         let accepting = Box::pin(self.handshake(stream, peer, handshake_timeout));
-        let Some((mut tls, http2)) = accepting.await else {
+        let Some((tls, http2)) = accepting.await else {
             return;
         };
-        if !http2 {
-            head_clock.start();
-        }
         self.connections.lock().handshake_done(id, self.now_ms());
-        // HTTP/2 stays in hyper: its streams multiplex on one connection state.
-        let activity = (!http2).then(|| Activity::new(!tls.accepted_early_data()));
-        let server = Arc::clone(&self);
-        let handshake = tls.handshake();
-        let requests = activity.clone();
-        let in_flight = Arc::clone(&usage);
-        let service = service_fn(move |request: http::Request<Incoming>| {
-            let handling = (
-                head_clock.request_started(),
-                requests.as_ref().map(|a| a.request_started()),
-                InFlight::start(&in_flight, &server),
-            );
-            let request = request.map(|body| match &requests {
-                Some(activity) => activity.body(body),
-                None => RequestBody::untracked(body),
-            });
-            // Before the client's Finished, nothing proves the request is not a replay.
-            let arrival = Arrival {
-                early: !handshake.is_done(),
-                source: peer.ip(),
-                connection: Arc::clone(&in_flight),
-            };
-            let response = webhook::handle(Arc::clone(&server.live.load().app), arrival, request);
-            // Boxed: taking an HTTP/1.1 connection out of hyper needs an `Unpin` future.
-            Box::pin(async move {
-                let response = response.await;
-                drop(handling);
-                response
-            })
-        });
-        let served = match activity {
-            Some(activity) => {
-                let idle = &self.metrics.connections.idle_connections;
-                // The TLS state boxed too: it moves between hyper connections.
-                let tls = Box::new(tls);
-                Box::pin(keep_alive::serve(
-                    &self.http.http1,
-                    tls,
-                    activity,
-                    service,
-                    usage.closing(),
-                    idle,
-                ))
-                .await
-            }
-            None => {
-                let (tls, calmed) = BudgetedIo::new(tls, self.http.h2_control_frames_per_second);
-                let conn = self.http.http2.serve_connection(TokioIo::new(tls), service);
-                let (served, idled) = Box::pin(self.serve_h2(conn, &usage)).await;
-                if idled {
-                    self.metrics.http.reject("idle");
-                }
-                if calmed.load(std::sync::atomic::Ordering::Relaxed) {
-                    self.metrics.http.reject("h2_control_flood");
-                    if self.refusal_log.allow() {
-                        tracing::warn!(%peer, "HTTP/2 frames that advance no request over http.h2_control_frames_per_second: GOAWAY(ENHANCE_YOUR_CALM) and closed (logged at most once a second)");
-                    }
-                    return;
-                }
-                served
-            }
+        let handover = Handover {
+            tls,
+            http2,
+            peer,
+            usage,
+            head_clock,
         };
-        if let Err(e) = served {
-            self.connection_failed(e, peer);
-        }
+        Box::pin(self.http.serve(Arc::clone(&self), handover)).await;
     }
 
     /// The TLS handshake under `deadline` (the one in force, shortened by handshake
@@ -301,24 +235,6 @@ impl Server {
         }
         Some((tls, http2))
     }
-
-    /// Counts and logs why hyper gave up on a connection (a limit, or a broken client).
-    fn connection_failed(&self, error: hyper::Error, peer: std::net::SocketAddr) {
-        if error.is_parse_too_large() {
-            self.metrics.http.reject("header_too_large");
-            if self.refusal_log.allow() {
-                tracing::info!(%peer, "request head past what hyper parses (twice http.max_header_bytes, or more fields than twice http.max_headers, at most 100 below 100): answered 431 and closed (logged at most once a second)");
-            }
-        } else if error.is_timeout() {
-            // hyper's only timer: the HTTP/2 PING answer (the head deadline is DeadlineIo's).
-            self.metrics.http.reject("h2_keepalive_timeout");
-            if self.refusal_log.allow() {
-                tracing::info!(%peer, "no answer to an HTTP/2 PING within http.h2_keepalive_timeout: closed (logged at most once a second)");
-            }
-        } else {
-            tracing::debug!(%peer, error = ?error, "connection ended with an error");
-        }
-    }
 }
 
 /// A connection let in by the table, on its way to its own task.
@@ -356,67 +272,13 @@ impl Connections {
     }
 }
 
-impl Server {
-    /// Drives an HTTP/2 connection until it ends, is told to close, or has had no
-    /// request in progress for the idle timeout, whatever PINGs pass (they keep the
-    /// byte stream busy, not the connection useful). Closing sends GOAWAY and lets
-    /// what is in progress finish; a connection with nothing in progress gets
-    /// [`IDLE_GOAWAY_GRACE`] to end. Also says whether it was closed for being idle.
-    async fn serve_h2<C: GracefulConnection>(
-        &self,
-        conn: C,
-        usage: &ConnUsage,
-    ) -> (Result<(), C::Error>, bool) {
-        let mut conn = std::pin::pin!(conn);
-        let idle_ms = self.h2_idle.as_millis() as u64;
-        let mut check = std::pin::pin!(tokio::time::sleep(self.h2_idle));
-        let idled = loop {
-            tokio::select! {
-                served = conn.as_mut() => return (served, false),
-                () = usage.abandoned().cancelled() => return (Ok(()), false),
-                () = usage.closing().cancelled() => break false,
-                () = check.as_mut() => {
-                    let due_ms = match usage.idle_since() {
-                        Some(since) if self.now_ms() >= since + idle_ms => break true,
-                        Some(since) => since + idle_ms,
-                        None => self.now_ms() + idle_ms,
-                    };
-                    check.as_mut().reset(self.clock_origin + Duration::from_millis(due_ms));
-                }
-            }
-        };
-        conn.as_mut().graceful_shutdown();
-        // Requests in progress finish (a shutdown bounds them by shutdown_timeout); with
-        // none, a peer that does not finish the GOAWAY exchange is not waited for.
-        if usage.idle_since().is_none() {
-            return (conn.await, idled);
-        }
-        match tokio::time::timeout(IDLE_GOAWAY_GRACE, conn.as_mut()).await {
-            Ok(served) => (served, idled),
-            Err(_) => (Ok(()), idled),
-        }
+impl Host for Server {
+    fn app(&self) -> Arc<App> {
+        Arc::clone(&self.live.load().app)
     }
-}
 
-/// A request in progress on a connection, for the connection table's idle times.
-struct InFlight {
-    usage: Arc<ConnUsage>,
-    server: Arc<Server>,
-}
-
-impl InFlight {
-    fn start(usage: &Arc<ConnUsage>, server: &Arc<Server>) -> Self {
-        usage.request_started();
-        Self {
-            usage: Arc::clone(usage),
-            server: Arc::clone(server),
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.usage.request_ended(self.server.now_ms());
+    fn now_ms(&self) -> u64 {
+        Server::now_ms(self)
     }
 }
 
@@ -434,6 +296,4 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
 }
 
 const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
-/// How long a connection closed for being idle may take to finish after its GOAWAY.
-const IDLE_GOAWAY_GRACE: Duration = Duration::from_secs(5);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
