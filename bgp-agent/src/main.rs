@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use edge_kit::cli::{ConfigFile, Daemon};
 
 #[derive(Parser)]
 #[command(
@@ -19,16 +20,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the agent (standalone for BIRD, or as an ExaBGP `process`).
-    Run {
-        #[arg(long, short)]
-        config: PathBuf,
-    },
-    /// Validate a config file.
-    CheckConfig {
-        #[arg(long, short)]
-        config: PathBuf,
-    },
+    /// `run` runs the agent (standalone for BIRD, or as an ExaBGP `process`).
+    #[command(flatten)]
+    Daemon(Daemon),
     /// Print the running agent's state, last checks and penalty.
     Status {
         #[arg(long, short)]
@@ -56,17 +50,17 @@ enum Command {
 fn main() -> ExitCode {
     // stdout belongs to ExaBGP's process API: the kit logs to stderr.
     let cli: Cli = edge_kit::process::start();
-    let kind = match cli.command {
-        Command::Run { .. } => edge_kit::process::Command::DAEMON,
+    let kind = match &cli.command {
+        Command::Daemon(daemon) => daemon.process(),
         _ => edge_kit::process::Command::TOOL,
     };
     edge_kit::process::run("bgp-agent", kind, |runtime| {
         match cli.command {
-            Command::Run { config: path } => {
+            Command::Daemon(Daemon::Run(ConfigFile { config: path })) => {
                 let config = load(&path)?;
                 runtime.block_on(bgp_agent::run(path, config))?;
             }
-            Command::CheckConfig { config } => {
+            Command::Daemon(Daemon::CheckConfig(ConfigFile { config })) => {
                 let c = load(&config)?;
                 println!("{}: ok ({} checks)", config.display(), c.checks.len());
             }

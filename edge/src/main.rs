@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use edge_kit::cli::{ConfigFile, Daemon};
 use edge_kit::process::print_line;
 use tracing::Instrument;
 
@@ -28,17 +29,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve webhooks. SIGHUP re-reads the config file (routes, secrets, certificates,
-    /// limits); SIGTERM drains and stops.
-    Run {
-        #[arg(long, short)]
-        config: PathBuf,
-    },
-    /// Validate a config file; exit 0 when it is valid, 1 with every error otherwise.
-    CheckConfig {
-        #[arg(long, short)]
-        config: PathBuf,
-    },
+    /// `run` serves webhooks (a reload re-reads routes, secrets, certificates, limits).
+    #[command(flatten)]
+    Daemon(Daemon),
     /// Make the origin's JetStream stream as the edges expect it (what the controller
     /// runs, with the origin administrator's identity: a PoP's own user may only
     /// publish). Prints `created` or `exists` first; an existing stream is left as it is.
@@ -91,18 +84,18 @@ fn main() -> ExitCode {
     // async-nats builds its TLS client from the process's default provider (the edge's
     // own TLS configs name theirs); with more than one compiled in, it must be chosen.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let kind = match cli.command {
-        Command::Run { .. } => edge_kit::process::Command::DAEMON,
+    let kind = match &cli.command {
+        Command::Daemon(daemon) => daemon.process(),
         _ => edge_kit::process::Command::TOOL,
     };
     edge_kit::process::run("edge", kind, |runtime| match cli.command {
-        Command::Run { config } => {
+        Command::Daemon(Daemon::Run(ConfigFile { config })) => {
             let settings = edge::config::load(&config)?;
             let span = tracing::info_span!("edge", pop = %settings.pop);
             runtime.block_on(edge::run::run(config, settings).instrument(span))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::CheckConfig { config } => {
+        Command::Daemon(Daemon::CheckConfig(ConfigFile { config })) => {
             let settings = edge::config::load(&config)?;
             print_line(&format!(
                 "{}: ok ({} routes, pop {})",

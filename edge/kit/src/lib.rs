@@ -2,6 +2,7 @@
 //! the same way. Kept small: one module per concern.
 
 pub mod admin;
+pub mod cli;
 pub mod clock;
 pub mod config_file;
 pub mod log_throttle;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use edge_kit::admin::Answer;
+use edge_kit::cli::{ConfigFile, Daemon};
 use edge_kit::signals::{Signal, Signals};
 use edge_xdp::config::Settings;
 use edge_xdp::filter::Filter;
@@ -27,17 +28,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Attach the filter, fill its maps, serve /metrics; SIGHUP reloads the lists,
-    /// SIGTERM detaches. If this process dies the program is detached and traffic passes.
-    Run {
-        #[arg(long, short)]
-        config: PathBuf,
-    },
-    /// Validate a config file.
-    CheckConfig {
-        #[arg(long, short)]
-        config: PathBuf,
-    },
+    /// `run` attaches the filter, fills its maps and serves /metrics; if this process
+    /// dies the program is detached and traffic passes.
+    #[command(flatten)]
+    Daemon(Daemon),
     /// Print the running filter's counters as a table.
     Stats {
         #[arg(long, short)]
@@ -65,14 +59,14 @@ enum UnderAttackChoice {
 
 fn main() -> ExitCode {
     let cli: Cli = edge_kit::process::start();
-    let kind = match cli.command {
-        Command::Run { .. } => edge_kit::process::Command::DAEMON,
+    let kind = match &cli.command {
+        Command::Daemon(daemon) => daemon.process(),
         _ => edge_kit::process::Command::TOOL,
     };
     edge_kit::process::run("edge-xdp", kind, |runtime| {
         match cli.command {
-            Command::Run { config } => runtime.block_on(run(config))?,
-            Command::CheckConfig { config } => {
+            Command::Daemon(Daemon::Run(ConfigFile { config })) => runtime.block_on(run(config))?,
+            Command::Daemon(Daemon::CheckConfig(ConfigFile { config })) => {
                 let settings = Settings::load(&config)?;
                 println!(
                     "{}: ok (protecting {} prefixes)",
