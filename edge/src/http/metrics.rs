@@ -73,13 +73,10 @@ impl HttpMetrics {
             .clone()
     }
 
+    /// Counts one answer of `route` with `status` (the acknowledgement goes through the
+    /// route's own counter, see [`HttpMetrics::requests_answered`]).
     pub fn request(&self, route: &str, status: http::StatusCode) {
-        self.requests
-            .get_or_create(&RouteStatus {
-                route: route.to_owned(),
-                status: status.as_u16(),
-            })
-            .inc();
+        self.requests_answered(route, status).inc();
     }
 
     pub fn reject(&self, reason: &'static str) {
