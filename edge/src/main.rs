@@ -115,8 +115,9 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::ShedLedger { dir } => {
-            let entries =
-                edge::admission::ledger::read(&dir).with_context(|| dir.display().to_string())?;
+            let lines = edge::spool::shed_ledger_files(&dir).lines;
+            let entries = edge::admission::ledger::read(&lines)
+                .with_context(|| lines.display().to_string())?;
             for entry in entries {
                 print_line(&serde_json::to_string(&entry)?)?;
             }

@@ -172,7 +172,7 @@ fn start_admission(
     sink: Option<Arc<Sink>>,
 ) -> Arc<Admission> {
     let ledger = Ledger::start(
-        &settings.spool.dir,
+        spool.shed_ledger_files(),
         SHED_LEDGER_BYTES,
         sink,
         metrics.admission.ledger_dropped.clone(),

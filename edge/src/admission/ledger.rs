@@ -5,8 +5,8 @@
 //! unverified, so a job at the origin can ask the provider to redeliver — GitHub does not
 //! redeliver by itself.
 //!
-//! One task owns the file (`shed-ledger.jsonl` in the spool directory, one JSON object a
-//! line): it appends what the request path hands it (never waiting on it: a full hand-off
+//! One task owns the file (the spool names it and its offset file: see
+//! `spool::shed_ledger_files`; one JSON object a line): it appends what the request path hands it (never waiting on it: a full hand-off
 //! drops the entry and counts it), as one write for all that has arrived, since a flood
 //! of refusals is when entries come fastest; and ships new lines to the origin through
 //! the backhaul, many in flight at once, from an offset kept in `shed-ledger.offset`.
@@ -50,6 +50,15 @@ pub struct ShedEntry {
     pub verified: bool,
 }
 
+/// The ledger's two files: its lines, and how far they have been shipped.
+#[derive(Clone, Debug)]
+pub struct LedgerFiles {
+    /// The entries, one JSON object a line.
+    pub lines: PathBuf,
+    /// The byte offset in `lines` up to which the origin has them.
+    pub shipped_offset: PathBuf,
+}
+
 /// The request path's handle: cheap to clone, never blocks.
 #[derive(Clone)]
 pub struct Ledger {
@@ -59,17 +68,17 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Starts the ledger task over `dir`; `shipper` ships entries to the origin.
+    /// Starts the ledger task over `files`; `shipper` ships entries to the origin.
     pub fn start<S: ShedShipper>(
-        dir: &Path,
+        files: LedgerFiles,
         max_bytes: u64,
         shipper: Option<Arc<S>>,
         dropped: Counter,
     ) -> Ledger {
         let (entries, incoming) = mpsc::channel(HAND_OFF);
         let task = Keeper {
-            file: dir.join(FILE_NAME),
-            offset_file: dir.join(OFFSET_NAME),
+            file: files.lines,
+            offset_file: files.shipped_offset,
             max_bytes,
             shipper,
             dropped: dropped.clone(),
@@ -96,9 +105,9 @@ impl Ledger {
     }
 }
 
-/// Every entry in the ledger of the spool directory `dir` (for `edge shed-ledger`).
-pub fn read(dir: &Path) -> std::io::Result<Vec<ShedEntry>> {
-    let bytes = match std::fs::read(dir.join(FILE_NAME)) {
+/// Every entry in the ledger's `lines` file (for `edge shed-ledger`).
+pub fn read(lines: &Path) -> std::io::Result<Vec<ShedEntry>> {
+    let bytes = match std::fs::read(lines) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
@@ -265,8 +274,6 @@ async fn read_offset(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-const FILE_NAME: &str = "shed-ledger.jsonl";
-const OFFSET_NAME: &str = "shed-ledger.offset";
 /// Entries in flight from the request path to the task.
 const HAND_OFF: usize = 4096;
 /// Entries the task appends in one write, at most.
@@ -281,6 +288,14 @@ const SHIP_RETRY: Duration = Duration::from_secs(2);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ledger's files in `dir`, as a test names them.
+    fn files(dir: &Path) -> LedgerFiles {
+        LedgerFiles {
+            lines: dir.join("ledger.jsonl"),
+            shipped_offset: dir.join("ledger.offset"),
+        }
+    }
 
     fn entry(id: &str) -> ShedEntry {
         ShedEntry {
@@ -357,7 +372,12 @@ mod tests {
 
     /// A ledger over `dir` shipping to `origin`, handed the entries `d-N` of `range`.
     fn record_into(dir: &Path, origin: &Arc<Origin>, range: std::ops::Range<usize>) -> Ledger {
-        let ledger = Ledger::start(dir, 16 << 20, Some(origin.clone()), Counter::default());
+        let ledger = Ledger::start(
+            files(dir),
+            16 << 20,
+            Some(origin.clone()),
+            Counter::default(),
+        );
         for id in ids(range) {
             ledger.record(entry(&id));
         }
@@ -368,7 +388,12 @@ mod tests {
     async fn a_flood_is_kept_and_shipped_once_in_order_with_many_lines_in_flight() {
         let dir = tempfile::tempdir().unwrap();
         let (origin, dropped) = (Origin::up(), Counter::default());
-        let ledger = Ledger::start(dir.path(), 16 << 20, Some(origin.clone()), dropped.clone());
+        let ledger = Ledger::start(
+            files(dir.path()),
+            16 << 20,
+            Some(origin.clone()),
+            dropped.clone(),
+        );
         for i in 0..3000 {
             ledger.record(entry(&format!("d-{i}")));
         }
@@ -383,9 +408,9 @@ mod tests {
             .collect();
         assert_eq!(shipped_ids.len(), 3000, "a message id repeats");
         assert!(origin.most_in_flight.load(SeqCst) > 1, "one line at a time");
-        assert_eq!(read(dir.path()).unwrap().len(), 3000);
-        let file_len = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len();
-        let offset = std::fs::read_to_string(dir.path().join(OFFSET_NAME)).unwrap();
+        assert_eq!(read(&files(dir.path()).lines).unwrap().len(), 3000);
+        let file_len = std::fs::metadata(files(dir.path()).lines).unwrap().len();
+        let offset = std::fs::read_to_string(files(dir.path()).shipped_offset).unwrap();
         assert_eq!(offset, file_len.to_string());
     }
 
@@ -396,7 +421,7 @@ mod tests {
         let ledger = record_into(dir.path(), &origin, 0..100);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(origin.claimed_ids().is_empty());
-        assert_eq!(read(dir.path()).unwrap().len(), 100);
+        assert_eq!(read(&files(dir.path()).lines).unwrap().len(), 100);
         origin.up.store(true, SeqCst);
         origin.wait_for(100).await;
         assert_eq!(origin.claimed_ids(), ids(0..100));
@@ -424,8 +449,8 @@ mod tests {
         let torn = serde_json::to_vec(&entry("d-torn")).unwrap();
         damaged.extend_from_slice(&torn[..torn.len() / 2]);
         damaged.push(b'\n');
-        std::fs::write(dir.path().join(FILE_NAME), &damaged).unwrap();
-        assert_eq!(read(dir.path()).unwrap(), vec![entry("d-0")]);
+        std::fs::write(files(dir.path()).lines, &damaged).unwrap();
+        assert_eq!(read(&files(dir.path()).lines).unwrap(), vec![entry("d-0")]);
 
         let origin = Origin::up();
         let _ledger = record_into(dir.path(), &origin, 1..2);
@@ -438,7 +463,12 @@ mod tests {
     async fn a_shipped_file_over_its_bound_starts_afresh() {
         let dir = tempfile::tempdir().unwrap();
         let (origin, dropped) = (Origin::up(), Counter::default());
-        let ledger = Ledger::start(dir.path(), 1000, Some(origin.clone()), dropped.clone());
+        let ledger = Ledger::start(
+            files(dir.path()),
+            1000,
+            Some(origin.clone()),
+            dropped.clone(),
+        );
         for i in 0..40 {
             ledger.record(entry(&format!("d-{i}")));
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -456,7 +486,7 @@ mod tests {
         in_order.dedup();
         assert_eq!(taken, in_order, "out of order or twice");
         let one_entry = serde_json::to_vec(&entry("d-40")).unwrap().len() as u64 + 1;
-        let file_len = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len();
+        let file_len = std::fs::metadata(files(dir.path()).lines).unwrap().len();
         assert!(file_len < 1000 + one_entry, "{file_len} bytes");
     }
 
@@ -464,12 +494,17 @@ mod tests {
     async fn entries_are_kept_in_order_up_to_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let dropped = Counter::default();
-        let ledger = Ledger::start(dir.path(), 600, None::<Arc<Offline>>, dropped.clone());
+        let ledger = Ledger::start(
+            files(dir.path()),
+            600,
+            None::<Arc<Offline>>,
+            dropped.clone(),
+        );
         for i in 0..10 {
             ledger.record(entry(&format!("d-{i}")));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let kept = read(dir.path()).unwrap();
+        let kept = read(&files(dir.path()).lines).unwrap();
         assert!(!kept.is_empty() && kept.len() < 10, "{}", kept.len());
         assert_eq!(kept[0], entry("d-0"));
         assert_eq!(kept.len() as u64 + dropped.get(), 10);

@@ -50,7 +50,17 @@ pub use recovery::{RecoveryReport, in_use};
 use shared::Shared;
 use thread_batches::ThreadBatches;
 
+use crate::admission::ledger::LedgerFiles;
 use crate::config::SpoolSettings;
+
+/// The shed ledger's files in the spool directory `dir`: the spool names them, the
+/// ledger writes them (best effort, unsynced: they are hints, not events).
+pub fn shed_ledger_files(dir: &std::path::Path) -> LedgerFiles {
+    LedgerFiles {
+        lines: dir.join("shed-ledger.jsonl"),
+        shipped_offset: dir.join("shed-ledger.offset"),
+    }
+}
 
 /// Handle to the spool; cheap to share behind an `Arc`.
 pub struct Spool {
@@ -211,6 +221,11 @@ impl Spool {
         tokio::task::spawn_blocking(move || backhaul_pause::read(&dir))
             .await
             .map_err(std::io::Error::other)?
+    }
+
+    /// Where the shed ledger of this spool's directory keeps its lines.
+    pub fn shed_ledger_files(&self) -> LedgerFiles {
+        shed_ledger_files(&self.shared.dir)
     }
 
     /// The writer task, which runs until [`Spool::close`].
