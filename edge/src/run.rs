@@ -8,23 +8,23 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
+use edge_kit::service::Services;
 use edge_kit::signals::{Signal, Signals};
 use edge_kit::watchdog::Watchdog;
 use tokio::sync::watch;
-use tracing::Instrument;
 
 use crate::admin::metrics::Metrics;
 use crate::admin::{Admin, Readiness};
 use crate::admission::Admission;
 use crate::admission::ledger::Ledger;
 use crate::backhaul::Sink;
-use crate::config::{BackhaulSettings, Settings};
+use crate::config::Settings;
 use crate::http::App;
 use crate::ranges::trusted::TrustedRanges;
 use crate::reload::Reloader;
-use crate::server::sockets;
-use crate::server::{Accepting, Live, Placement, Server, ServerMetrics};
+use crate::server::{Accepting, Live, Placement, Server, ServerMetrics, liveness, sockets};
 use crate::spool::Spool;
+use crate::spool::resend::resend_queued;
 use crate::tls;
 
 /// Runs the edge with `settings` (read from `path`, re-read on SIGHUP) until SIGTERM or
@@ -43,73 +43,39 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
     check_open_files_limit(&settings)?;
     let allowed_cpus = sockets::allowed_cpus().context("the process's CPU affinity")?;
     let placement = Placement::new(settings.listener.workers, &allowed_cpus);
-    let listeners = settings
-        .listen
-        .iter()
-        .map(|addr| sockets::bind_group(*addr, placement.workers(), &settings.listener))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let listeners = bind_listeners(&settings, &placement)?;
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
         .await
         .with_context(|| format!("admin_listen {}", settings.admin_listen))?;
+    let sink = connect_sink(&settings, &metrics).await?;
 
-    let sink = match &settings.backhaul {
-        Some(backhaul) => Some(Arc::new(
-            crate::backhaul::Sink::connect(backhaul, &settings.pop, metrics.backhaul.clone())
-                .await?,
-        )),
-        None => None,
-    };
-    let admission = start_admission(&settings, &metrics, &spool, sink.clone());
-    let trusting = Arc::clone(&admission);
     let readiness = Arc::new(Readiness::default());
+    let services = Arc::clone(&readiness.services);
+    let admission = start_admission(&settings, &metrics, &spool, sink.clone());
     if let Some(writer) = spool.writer_task() {
-        readiness.watch(writer, "spool writer stopped");
+        services.watch("spool writer", writer);
     }
     if let Some(ledger) = admission.ledger_task() {
-        readiness.watch(ledger, "shed ledger stopped");
+        services.watch("shed ledger", ledger);
     }
-    let admin = Arc::new(Admin {
+    let admin = Admin {
         readiness: Arc::clone(&readiness),
         spool: Arc::clone(&spool),
         metrics: Arc::clone(&metrics),
-    });
-    tokio::spawn(admin.serve(admin_listener).in_current_span());
-
-    let live = Live {
-        app: Arc::new(App::new(
-            &settings,
-            Arc::clone(&spool),
-            metrics.http.clone(),
-            admission,
-        )),
-        tls: tls_config,
-        handshake_timeout: settings.tls.handshake_timeout,
     };
-    let server_metrics = ServerMetrics {
-        connections: metrics.connections.clone(),
-        tls: metrics.tls.clone(),
-        http: metrics.http.clone(),
-    };
-    let server = Arc::new(Server::new(live, &settings, server_metrics));
+    services.spawn("admin endpoint", Arc::new(admin).serve(admin_listener));
+    let server = start_server(&settings, &metrics, &spool, &admission, tls_config);
     if !settings.ranges.sources.is_empty() {
         let trusted = TrustedRanges::new(&settings, metrics.ranges.clone());
-        let server = Arc::clone(&server);
-        let apply = move |nets: Vec<ipnet::IpNet>| {
-            let trusted = edge_kit::ranges::NetSet::new(&nets);
-            server.connections.lock().set_trusted(trusted.clone());
-            trusting.set_trusted(trusted);
-        };
-        tokio::spawn(trusted.keep(apply).in_current_span());
+        services.spawn(
+            "trusted ranges",
+            trusted.keep(apply_trusted(&server, admission)),
+        );
     }
-    let backhaul = sink
-        .zip(settings.backhaul.clone())
-        .map(|(sink, backhaul)| Backhaul::start(backhaul, sink, &spool, &metrics));
-    match &backhaul {
-        Some(backhaul) => readiness.watch(backhaul.task.abort_handle(), "backhaul stopped"),
-        None => tracing::warn!("no backhaul configured: events stay in the spool"),
-    }
-    tokio::spawn(
-        crate::spool::resend::resend_queued(Arc::clone(&spool), RESEND_EVERY).in_current_span(),
+    spawn_backhaul(&services, sink, &settings, &spool, &metrics);
+    services.spawn(
+        "resend queue",
+        resend_queued(Arc::clone(&spool), RESEND_EVERY),
     );
     let reloader = Reloader::new(
         path,
@@ -118,31 +84,61 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         metrics.reload.clone(),
         shared_tickets,
     );
-    let reloading = tokio::spawn(reloader.run(hangups).in_current_span());
-    readiness.watch(reloading.abort_handle(), "config reload watcher stopped");
-    let (stop, stopped) = watch::channel(false);
-    let accepting = server.start(&placement, listeners, stopped)?;
+    services.spawn("config reload watcher", reloader.run(hangups));
+    let (stop_accepting, accepting_stopped) = watch::channel(false);
+    let accepting = server.start(&placement, listeners, accepting_stopped)?;
     readiness.listening.store(true, Ordering::Release);
     tracing::info!(listen = ?settings.listen, admin = %settings.admin_listen, workers = placement.workers(), "edge ready");
     let watchdog = Watchdog::from_env();
     watchdog.ready();
-    tokio::spawn(
-        crate::server::liveness::feed(watchdog, accepting.heartbeats(), Arc::clone(&spool))
-            .in_current_span(),
+    services.spawn(
+        "watchdog feed",
+        liveness::feed(watchdog, accepting.heartbeats(), Arc::clone(&spool)),
     );
 
-    let mut spool_failed = false;
-    let grace = tokio::select! {
-        signal = signals.shutdown() => match signal {
-            Signal::Terminate => settings.drain_grace,
-            _ => Duration::ZERO,
-        },
-        () = spool.failed() => {
-            tracing::error!("the spool failed a write or fsync: stopping, so that a restart recovers from what is on disk (nothing since was acknowledged)");
-            spool_failed = true;
-            Duration::ZERO
-        }
+    let stop = until_stop(&mut signals, &spool, settings.drain_grace).await;
+    drain(&readiness, watchdog, stop.grace).await;
+    let _ = stop_accepting.send(true);
+    finish_connections(accepting, settings.shutdown_timeout).await;
+    services.stop().await;
+    spool.close().await;
+    if stop.spool_failed {
+        anyhow::bail!("stopped after a spool failure");
+    }
+    tracing::info!("edge stopped");
+    Ok(())
+}
+
+/// The backhaul's sink to the origin, if one is configured.
+async fn connect_sink(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Option<Arc<Sink>>> {
+    let Some(backhaul) = &settings.backhaul else {
+        return Ok(None);
     };
+    let sink = Sink::connect(backhaul, &settings.pop, metrics.backhaul.clone()).await?;
+    Ok(Some(Arc::new(sink)))
+}
+
+/// Delivers the spool to the origin through `sink` until the services stop.
+fn spawn_backhaul(
+    services: &Services,
+    sink: Option<Arc<Sink>>,
+    settings: &Settings,
+    spool: &Arc<Spool>,
+    metrics: &Metrics,
+) {
+    let Some((sink, backhaul)) = sink.zip(settings.backhaul.clone()) else {
+        tracing::warn!("no backhaul configured: events stay in the spool");
+        return;
+    };
+    let (spool, metrics) = (Arc::clone(spool), metrics.backhaul.clone());
+    services.spawn_stoppable("backhaul", move |stopping| {
+        crate::backhaul::run(spool, sink, backhaul, metrics, stopping)
+    });
+}
+
+/// Fails `/readyz` (so the BGP agent withdraws the prefix) and tells systemd, then
+/// serves on for `grace` while traffic moves to other PoPs.
+async fn drain(readiness: &Readiness, watchdog: Watchdog, grace: Duration) {
     readiness.draining.store(true, Ordering::Release);
     watchdog.stopping();
     tracing::info!(
@@ -150,17 +146,80 @@ pub async fn run(path: PathBuf, settings: Settings) -> anyhow::Result<()> {
         "draining: /readyz fails, still serving"
     );
     tokio::time::sleep(grace).await;
-    let _ = stop.send(true);
-    finish_connections(accepting, settings.shutdown_timeout).await;
-    if let Some(backhaul) = backhaul {
-        backhaul.stop().await;
+}
+
+/// Why the edge stops, and how long it drains first.
+struct Stop {
+    grace: Duration,
+    spool_failed: bool,
+}
+
+/// Waits for SIGTERM (drain for `drain_grace`), SIGINT (no drain) or a spool failure (no
+/// drain: a restart recovers from what is on disk).
+async fn until_stop(signals: &mut Signals, spool: &Spool, drain_grace: Duration) -> Stop {
+    tokio::select! {
+        signal = signals.shutdown() => Stop {
+            grace: match signal {
+                Signal::Terminate => drain_grace,
+                _ => Duration::ZERO,
+            },
+            spool_failed: false,
+        },
+        () = spool.failed() => {
+            tracing::error!("the spool failed a write or fsync: stopping, so that a restart recovers from what is on disk (nothing since was acknowledged)");
+            Stop { grace: Duration::ZERO, spool_failed: true }
+        }
     }
-    spool.close().await;
-    if spool_failed {
-        anyhow::bail!("stopped after a spool failure");
+}
+
+fn bind_listeners(
+    settings: &Settings,
+    placement: &Placement,
+) -> anyhow::Result<Vec<Vec<std::net::TcpListener>>> {
+    settings
+        .listen
+        .iter()
+        .map(|addr| sockets::bind_group(*addr, placement.workers(), &settings.listener))
+        .collect()
+}
+
+/// The webhook server, its request path built over `spool` and `admission`.
+fn start_server(
+    settings: &Settings,
+    metrics: &Metrics,
+    spool: &Arc<Spool>,
+    admission: &Arc<Admission>,
+    tls: Arc<rustls::ServerConfig>,
+) -> Arc<Server> {
+    let live = Live {
+        app: Arc::new(App::new(
+            settings,
+            Arc::clone(spool),
+            metrics.http.clone(),
+            Arc::clone(admission),
+        )),
+        tls,
+        handshake_timeout: settings.tls.handshake_timeout,
+    };
+    let server_metrics = ServerMetrics {
+        connections: metrics.connections.clone(),
+        tls: metrics.tls.clone(),
+        http: metrics.http.clone(),
+    };
+    Arc::new(Server::new(live, settings, server_metrics))
+}
+
+/// Puts a new list of trusted sources in force for connection caps and admission.
+fn apply_trusted(
+    server: &Arc<Server>,
+    admission: Arc<Admission>,
+) -> impl Fn(Vec<ipnet::IpNet>) + Send + 'static {
+    let server = Arc::clone(server);
+    move |nets| {
+        let trusted = edge_kit::ranges::NetSet::new(&nets);
+        server.connections.lock().set_trusted(trusted.clone());
+        admission.set_trusted(trusted);
     }
-    tracing::info!("edge stopped");
-    Ok(())
 }
 
 /// Admission control, with its shed ledger shipped through `sink` when there is one,
@@ -232,40 +291,6 @@ async fn finish_connections(accepting: Accepting, timeout: Duration) {
         .is_err()
     {
         tracing::warn!("connections still open after shutdown_timeout; closing them");
-    }
-}
-
-/// The running backhaul task and its stop switch.
-struct Backhaul {
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Backhaul {
-    fn start(
-        backhaul: BackhaulSettings,
-        sink: Arc<Sink>,
-        spool: &Arc<Spool>,
-        metrics: &Metrics,
-    ) -> Self {
-        let (stop, stopped) = watch::channel(false);
-        let task = crate::backhaul::run(
-            Arc::clone(spool),
-            sink,
-            backhaul,
-            metrics.backhaul.clone(),
-            stopped,
-        );
-        Self {
-            stop,
-            task: tokio::spawn(task.in_current_span()),
-        }
-    }
-
-    /// Stops after a last checkpoint.
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
     }
 }
 

@@ -12,5 +12,6 @@ pub mod panic;
 pub mod process;
 pub mod ranges;
 pub mod secret;
+pub mod service;
 pub mod signals;
 pub mod watchdog;

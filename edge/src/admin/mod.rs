@@ -5,45 +5,26 @@
 
 pub mod metrics;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use edge_kit::admin::Answer;
+use edge_kit::service::Services;
 use http::StatusCode;
-use parking_lot::Mutex;
 use tokio::net::TcpListener;
-use tokio::task::AbortHandle;
 
 use crate::spool::Spool;
 use metrics::Metrics;
 
-/// Process-level readiness: flags, and the tasks that must run as long as the process.
+/// Process-level readiness: the listeners' and the drain's flags, and the services that
+/// must run as long as the process (a PoP whose spool writer, backhaul, shed ledger or
+/// reload watcher is gone must withdraw).
 #[derive(Debug, Default)]
 pub(crate) struct Readiness {
     pub listening: AtomicBool,
     pub draining: AtomicBool,
-    long_lived: Mutex<Vec<(&'static str, AbortHandle)>>,
-}
-
-impl Readiness {
-    /// From now on `/readyz` fails with `stopped` once `task` has ended: a PoP whose
-    /// spool writer, backhaul, shed ledger or reload watcher is gone must withdraw.
-    pub(crate) fn watch(&self, task: AbortHandle, stopped: &'static str) {
-        self.tasks().push((stopped, task));
-    }
-
-    /// What the first long-lived task found stopped says.
-    pub(crate) fn stopped_task(&self) -> Option<&'static str> {
-        self.tasks()
-            .iter()
-            .find(|(_, task)| task.is_finished())
-            .map(|(stopped, _)| *stopped)
-    }
-
-    fn tasks(&self) -> parking_lot::MutexGuard<'_, Vec<(&'static str, AbortHandle)>> {
-        // Plain data: consistent whatever a panicking holder did.
-        self.long_lived.lock()
-    }
+    pub services: Arc<Services>,
 }
 
 pub(crate) struct Admin {
@@ -79,39 +60,15 @@ impl Admin {
         }
     }
 
-    pub(crate) fn unready_reason(&self) -> Option<&'static str> {
+    pub(crate) fn unready_reason(&self) -> Option<Cow<'static, str>> {
         if self.readiness.draining.load(Ordering::Acquire) {
-            Some("draining")
+            Some("draining".into())
         } else if !self.readiness.listening.load(Ordering::Acquire) {
-            Some("listeners not up")
+            Some("listeners not up".into())
+        } else if let Some(service) = self.readiness.services.ended() {
+            Some(format!("{service} stopped").into())
         } else {
-            self.readiness
-                .stopped_task()
-                .or_else(|| self.spool.unready_reason())
+            self.spool.unready_reason().map(Cow::Borrowed)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn readiness_names_the_first_long_lived_task_that_stopped() {
-        let readiness = Readiness::default();
-        let forever = tokio::spawn(std::future::pending::<()>());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let until_told = tokio::spawn(async move {
-            let _ = stopped.await;
-        });
-        readiness.watch(forever.abort_handle(), "spool writer stopped");
-        readiness.watch(until_told.abort_handle(), "backhaul stopped");
-        assert_eq!(readiness.stopped_task(), None);
-        drop(stop);
-        until_told.await.unwrap();
-        assert_eq!(readiness.stopped_task(), Some("backhaul stopped"));
-        forever.abort();
-        let _ = forever.await;
-        assert_eq!(readiness.stopped_task(), Some("spool writer stopped"));
     }
 }
