@@ -99,83 +99,25 @@ impl Metrics {
             config_reloads: Family::default(),
             admin: AdminMetrics::default(),
         };
-        registry.register(
-            "announced",
-            "1 while the prefix is announced",
-            m.announced.clone(),
-        );
-        registry.register(
-            "session_up",
-            "1 while the speaker's BGP session with the peer is established (ExaBGP: with neighbor-changes in its api block)",
-            m.sessions.clone(),
-        );
-        registry.register(
-            "transitions",
-            "Route changes, by change",
-            m.transitions.clone(),
-        );
-        registry.register(
-            "last_change_timestamp_seconds",
-            "Unix time of the last route change this agent decided (0: none yet)",
-            m.last_change_timestamp_seconds.clone(),
-        );
-        registry.register(
-            "check_results",
-            "Check results, by check, class and result",
-            m.check_results.clone(),
-        );
-        registry.register("check_seconds", "Check durations", m.check_seconds.clone());
-        registry.register("penalty", "Flap-dampening penalty", m.penalty.clone());
-        registry.register(
-            "suppressed",
-            "1 while re-announcing is suppressed by dampening",
-            m.suppressed.clone(),
-        );
-        registry.register(
-            "drained",
-            "1 while drained by an operator",
-            m.drained.clone(),
-        );
-        registry.register(
-            "graceful_shutdown",
-            "1 while the prefixes are announced with GRACEFUL_SHUTDOWN (65535:0) before a withdraw",
-            m.graceful_shutdown.clone(),
-        );
-        registry.register(
-            "degraded",
-            "1 while the route is announced less preferred because a degrade check fails",
-            m.degraded.clone(),
-        );
-        registry.register(
-            "guard_blocked",
-            "Withdraws the peer guard refused",
-            m.guard_blocked.clone(),
-        );
-        registry.register(
-            "guard_veto_expired",
-            "Vetoes that outlived guard.max_veto, after which the agent withdrew anyway",
-            m.guard_veto_expired.clone(),
-        );
-        registry.register(
-            "guard_peers_unknown",
-            "Peers that did not answer the guard's last question in time",
-            m.guard_peers_unknown.clone(),
-        );
-        registry.register(
-            "speaker_seconds",
-            "Decision to speaker acknowledgement",
-            m.speaker_seconds.clone(),
-        );
-        registry.register(
-            "speaker_errors",
-            "Speaker failures",
-            m.speaker_errors.clone(),
-        );
-        registry.register(
-            "config_reloads",
-            "Config reloads on SIGHUP, by result (ok, failed: the running config was kept)",
-            m.config_reloads.clone(),
-        );
+        edge_kit::register_fields!(&mut registry, m, {
+            announced: "1 while the prefix is announced",
+            sessions as "session_up": "1 while the speaker's BGP session with the peer is established (ExaBGP: with neighbor-changes in its api block)",
+            transitions: "Route changes, by change",
+            last_change_timestamp_seconds: "Unix time of the last route change this agent decided (0: none yet)",
+            check_results: "Check results, by check, class and result",
+            check_seconds: "Check durations",
+            penalty: "Flap-dampening penalty",
+            suppressed: "1 while re-announcing is suppressed by dampening",
+            drained: "1 while drained by an operator",
+            graceful_shutdown: "1 while the prefixes are announced with GRACEFUL_SHUTDOWN (65535:0) before a withdraw",
+            degraded: "1 while the route is announced less preferred because a degrade check fails",
+            guard_blocked: "Withdraws the peer guard refused",
+            guard_veto_expired: "Vetoes that outlived guard.max_veto, after which the agent withdrew anyway",
+            guard_peers_unknown: "Peers that did not answer the guard's last question in time",
+            speaker_seconds: "Decision to speaker acknowledgement",
+            speaker_errors: "Speaker failures",
+            config_reloads: "Config reloads on SIGHUP, by result (ok, failed: the running config was kept)",
+        });
         let admin = AdminMetrics::register(&mut registry);
         edge_kit::metrics::register_build_info(&mut registry, env!("CARGO_PKG_VERSION"));
         Self {

@@ -21,6 +21,20 @@ pub fn register_build_info(registry: &mut Registry, version: &'static str) {
     registry.register("build_info", "The running build, by version", info);
 }
 
+/// Registers fields of `$metrics` into `$registry` (a `&mut Registry`), each under its
+/// own name (or the one after `as`) with its help text:
+/// `register_fields!(registry, metrics, { acks: "Events acknowledged", sessions as "session_up": "…" })`.
+/// The series' names are the fields' names, so the two cannot drift apart.
+#[macro_export]
+macro_rules! register_fields {
+    ($registry:expr, $metrics:expr, { $($field:ident $(as $name:literal)? : $help:expr),* $(,)? }) => {{
+        let registry: &mut ::prometheus_client::registry::Registry = $registry;
+        $(registry.register($crate::register_fields!(@name $field $($name)?), $help, $metrics.$field.clone());)*
+    }};
+    (@name $field:ident) => { stringify!($field) };
+    (@name $field:ident $name:literal) => { $name };
+}
+
 /// The Prometheus text exposition of `registry`.
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
@@ -52,6 +66,31 @@ struct Version {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, Default)]
+    struct TwoCounters {
+        acks: prometheus_client::metrics::counter::Counter,
+        sessions: Gauge,
+    }
+
+    #[test]
+    fn register_fields_names_series_after_fields_or_as_told() {
+        let metrics = TwoCounters::default();
+        let mut registry = registry_for_pop("fra1");
+        crate::register_fields!(registry.sub_registry_with_prefix("agent"), metrics, {
+            acks: "Events acknowledged",
+            sessions as "session_up": "Sessions established",
+        });
+        metrics.acks.inc();
+        metrics.sessions.set(2);
+        let text = encode(&registry);
+        assert!(
+            text.contains("# HELP agent_acks Events acknowledged."),
+            "{text}"
+        );
+        assert!(text.contains(r#"agent_acks_total{pop="fra1"} 1"#), "{text}");
+        assert!(text.contains(r#"agent_session_up{pop="fra1"} 2"#), "{text}");
+    }
 
     #[test]
     fn build_info_carries_the_prefix_the_pop_and_the_version() {

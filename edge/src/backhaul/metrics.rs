@@ -59,71 +59,21 @@ impl BackhaulMetrics {
             paused: Gauge::default(),
         };
         let backhaul = registry.sub_registry_with_prefix("backhaul");
-        backhaul.register(
-            "dials",
-            "Connections established to the origin",
-            metrics.dials.clone(),
-        );
-        backhaul.register(
-            "ready_connections",
-            "Origin connections open and ready",
-            metrics.ready_connections.clone(),
-        );
-        backhaul.register(
-            "acks",
-            "Events the origin acknowledged",
-            metrics.acks.clone(),
-        );
-        backhaul.register(
-            "duplicates",
-            "Acknowledged events the origin already had (dropped by event id)",
-            metrics.duplicates.clone(),
-        );
-        backhaul.register(
-            "retries",
-            "Delivery retries, by reason",
-            metrics.retries.clone(),
-        );
-        backhaul.register(
-            "dead_letters",
-            "Events the origin refused for good, kept in the dead-letter store",
-            metrics.dead_letters.clone(),
-        );
-        backhaul.register(
-            "publish_seconds",
-            "Publish to acknowledgement, per attempt",
-            metrics.publish_seconds.clone(),
-        );
-        backhaul.register(
-            "delivery_seconds",
-            "Receive (2xx) to origin acknowledgement",
-            metrics.delivery_seconds.clone(),
-        );
-        backhaul.register(
-            "lag_records",
-            "Durable records the origin has not confirmed",
-            metrics.lag_records.clone(),
-        );
-        backhaul.register(
-            "lag_bytes",
-            "Spool bytes the origin has not confirmed (errs high by under 1 MiB)",
-            metrics.lag_bytes.clone(),
-        );
-        backhaul.register(
-            "oldest_undelivered_seconds",
-            "Age of the oldest record read but not confirmed",
-            metrics.oldest_undelivered_seconds.clone(),
-        );
-        backhaul.register(
-            "breaker_state",
-            "Origin circuit breaker: 0 closed, 1 open, 2 half-open",
-            metrics.breaker_state.clone(),
-        );
-        backhaul.register(
-            "paused",
-            "1 while an operator's pause holds (edge backhaul pause): events are stored, none delivered",
-            metrics.paused.clone(),
-        );
+        edge_kit::register_fields!(backhaul, metrics, {
+            dials: "Connections established to the origin",
+            ready_connections: "Origin connections open and ready",
+            acks: "Events the origin acknowledged",
+            duplicates: "Acknowledged events the origin already had (dropped by event id)",
+            retries: "Delivery retries, by reason",
+            dead_letters: "Events the origin refused for good, kept in the dead-letter store",
+            publish_seconds: "Publish to acknowledgement, per attempt",
+            delivery_seconds: "Receive (2xx) to origin acknowledgement",
+            lag_records: "Durable records the origin has not confirmed",
+            lag_bytes: "Spool bytes the origin has not confirmed (errs high by under 1 MiB)",
+            oldest_undelivered_seconds: "Age of the oldest record read but not confirmed",
+            breaker_state: "Origin circuit breaker: 0 closed, 1 open, 2 half-open",
+            paused: "1 while an operator's pause holds (edge backhaul pause): events are stored, none delivered",
+        });
         metrics
     }
 

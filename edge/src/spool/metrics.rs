@@ -73,88 +73,28 @@ impl SpoolMetrics {
             retained_bytes: Gauge::default(),
             replayed: Counter::default(),
         };
-        registry.register(
-            "dedupe_id_conflicts",
-            "Verified events whose unsigned delivery id (GitHub, Shopify, generic id_header) was already stored with another body; stored as their own events",
-            metrics.id_conflicts.clone(),
-        );
+        edge_kit::register_fields!(registry, metrics, {
+            id_conflicts as "dedupe_id_conflicts": "Verified events whose unsigned delivery id (GitHub, Shopify, generic id_header) was already stored with another body; stored as their own events",
+        });
         let spool = registry.sub_registry_with_prefix("spool");
-        spool.register(
-            "appends",
-            "Spool appends, by result",
-            metrics.appends.clone(),
-        );
-        spool.register(
-            "bytes",
-            "Bytes held in spool segments",
-            metrics.bytes.clone(),
-        );
-        spool.register(
-            "dead_letter_bytes",
-            "Bytes in <spool.dir>/dead-letter/ (they count toward spool.max_bytes; the edge never deletes them)",
-            metrics.dead_letter_bytes.clone(),
-        );
-        spool.register(
-            "quarantine_bytes",
-            "Bytes in <spool.dir>/quarantine/ (they count toward spool.max_bytes; the edge never deletes them)",
-            metrics.quarantine_bytes.clone(),
-        );
-        spool.register(
-            "dead_letters_resent",
-            "Dead letters queued by `edge dead-letter retry` and stored in the spool again for delivery",
-            metrics.dead_letters_resent.clone(),
-        );
-        spool.register(
-            "retained_bytes",
-            "Bytes of delivered segments kept in <spool.dir>/delivered/ for edge replay (spool.retain_delivered); they give way to undelivered events under spool.max_bytes",
-            metrics.retained_bytes.clone(),
-        );
-        spool.register(
-            "replayed",
-            "Delivered events queued by `edge replay` and stored in the spool again for delivery, marked Edge-Replay: true",
-            metrics.replayed.clone(),
-        );
-        spool.register(
-            "fill_ratio",
-            "Bytes held as a fraction of spool.max_bytes (the bgp-agent's degrade check reads it)",
-            metrics.fill_ratio.clone(),
-        );
-        spool.register(
-            "high_water_ratio",
-            "spool.high_water: past this fill ratio /readyz fails and the PoP withdraws",
-            metrics.high_water_ratio.clone(),
-        );
-        spool.register("segments", "Spool segment files", metrics.segments.clone());
-        spool.register(
-            "backlog_records",
-            "Records stored but not yet confirmed by the origin",
-            metrics.backlog_records.clone(),
-        );
-        spool.register(
-            "fsync_seconds",
-            "Duration of each spool fdatasync",
-            metrics.fsync_seconds.clone(),
-        );
-        spool.register(
-            "batch_records",
-            "Appends per group commit",
-            metrics.batch_records.clone(),
-        );
-        spool.register(
-            "damaged_records",
-            "Records lost to damage on disk (or in a segment moved to quarantine), skipped by the backhaul so delivery goes on; edge spool-verify names them",
-            metrics.damaged_records.clone(),
-        );
-        spool.register(
-            "damaged_bytes",
-            "Damaged spool bytes the backhaul skipped",
-            metrics.damaged_bytes.clone(),
-        );
-        spool.register(
-            "rolls",
-            "Segments the writer moved to: preallocated (zero-filled ahead, appends overwrite) or grown (no spare was ready)",
-            metrics.rolls.clone(),
-        );
+        edge_kit::register_fields!(spool, metrics, {
+            appends: "Spool appends, by result",
+            bytes: "Bytes held in spool segments",
+            dead_letter_bytes: "Bytes in <spool.dir>/dead-letter/ (they count toward spool.max_bytes; the edge never deletes them)",
+            quarantine_bytes: "Bytes in <spool.dir>/quarantine/ (they count toward spool.max_bytes; the edge never deletes them)",
+            dead_letters_resent: "Dead letters queued by `edge dead-letter retry` and stored in the spool again for delivery",
+            retained_bytes: "Bytes of delivered segments kept in <spool.dir>/delivered/ for edge replay (spool.retain_delivered); they give way to undelivered events under spool.max_bytes",
+            replayed: "Delivered events queued by `edge replay` and stored in the spool again for delivery, marked Edge-Replay: true",
+            fill_ratio: "Bytes held as a fraction of spool.max_bytes (the bgp-agent's degrade check reads it)",
+            high_water_ratio: "spool.high_water: past this fill ratio /readyz fails and the PoP withdraws",
+            segments: "Spool segment files",
+            backlog_records: "Records stored but not yet confirmed by the origin",
+            fsync_seconds: "Duration of each spool fdatasync",
+            batch_records: "Appends per group commit",
+            damaged_records: "Records lost to damage on disk (or in a segment moved to quarantine), skipped by the backhaul so delivery goes on; edge spool-verify names them",
+            damaged_bytes: "Damaged spool bytes the backhaul skipped",
+            rolls: "Segments the writer moved to: preallocated (zero-filled ahead, appends overwrite) or grown (no spare was ready)",
+        });
         metrics
     }
 
