@@ -192,23 +192,7 @@ impl RawRoute {
         if !self.path.starts_with('/') || self.path.contains('?') {
             errors.add(at("path"), "must start with / and have no query");
         }
-        let keys = match (self.secrets_file, self.secrets.is_empty()) {
-            (None, _) => secret_keys(self.provider, &self.secrets, "secrets", at, errors),
-            (Some(file), true) => match files.read(&file) {
-                Ok(secrets) => secret_keys(self.provider, &secrets, "secrets_file", at, errors),
-                Err(e) => {
-                    errors.add(at("secrets_file"), e);
-                    RouteKeys::default()
-                }
-            },
-            (Some(_), false) => {
-                errors.add(
-                    at("secrets_file"),
-                    "set either secrets or secrets_file, not both",
-                );
-                RouteKeys::default()
-            }
-        };
+        let keys = self.keys(files, at, errors);
         let max_body = self.max_body.unwrap_or(DEFAULT_MAX_BODY).as_u64();
         if max_body == 0 {
             errors.add(at("max_body"), "must be greater than zero");
@@ -218,20 +202,10 @@ impl RawRoute {
                 "must leave room for the record in one spool.segment_bytes",
             );
         }
-        // Shopify and Zoom count only 200 (Zoom also 204) as delivered, Discord only 204;
-        // Paddle, Linear, Intercom, Mailgun and Twilio document a 200.
-        let default_ack = match self.provider {
-            Provider::Shopify
-            | Provider::Zoom
-            | Provider::Paddle
-            | Provider::Linear
-            | Provider::Intercom
-            | Provider::Mailgun
-            | Provider::Twilio => 200,
-            Provider::Discord => 204,
-            _ => 202,
-        };
-        let ack_status = match StatusCode::from_u16(self.ack_status.unwrap_or(default_ack)) {
+        let ack_status = match StatusCode::from_u16(
+            self.ack_status
+                .unwrap_or_else(|| default_ack_status(self.provider)),
+        ) {
             Ok(status) if status.is_success() => status,
             _ => {
                 errors.add(at("ack_status"), "must be a 2xx status");
@@ -273,6 +247,49 @@ impl RawRoute {
             rate_limit,
             challenge: self.challenge,
         })
+    }
+
+    /// The route's keys, from `secrets` or from the file `secrets_file` names.
+    fn keys(
+        &self,
+        files: &SecretFiles,
+        at: &dyn Fn(&str) -> String,
+        errors: &mut FieldErrors,
+    ) -> RouteKeys {
+        match (&self.secrets_file, self.secrets.is_empty()) {
+            (None, _) => secret_keys(self.provider, &self.secrets, "secrets", at, errors),
+            (Some(file), true) => match files.read(file) {
+                Ok(secrets) => secret_keys(self.provider, &secrets, "secrets_file", at, errors),
+                Err(e) => {
+                    errors.add(at("secrets_file"), e);
+                    RouteKeys::default()
+                }
+            },
+            (Some(_), false) => {
+                errors.add(
+                    at("secrets_file"),
+                    "set either secrets or secrets_file, not both",
+                );
+                RouteKeys::default()
+            }
+        }
+    }
+}
+
+/// The status a provider counts as delivered: Shopify and Zoom count only 200 (Zoom
+/// also 204), Discord only 204; Paddle, Linear, Intercom, Mailgun and Twilio document
+/// a 200.
+fn default_ack_status(provider: Provider) -> u16 {
+    match provider {
+        Provider::Shopify
+        | Provider::Zoom
+        | Provider::Paddle
+        | Provider::Linear
+        | Provider::Intercom
+        | Provider::Mailgun
+        | Provider::Twilio => 200,
+        Provider::Discord => 204,
+        _ => 202,
     }
 }
 
@@ -404,73 +421,7 @@ fn scheme(
     errors: &mut FieldErrors,
 ) -> Option<(Scheme, Option<ConfiguredId>)> {
     let scheme = match (provider, hmac) {
-        (Provider::Hmac, Some(hmac)) => {
-            let header = header_name(&hmac.header, "hmac.header", at, errors);
-            let id_header = hmac
-                .id_header
-                .and_then(|name| header_name(&name, "hmac.id_header", at, errors));
-            let timestamp = hmac.timestamp.and_then(|raw| {
-                let source = match (raw.header, raw.field) {
-                    (Some(name), None) => TimestampSource::Header(header_name(
-                        &name,
-                        "hmac.timestamp.header",
-                        at,
-                        errors,
-                    )?),
-                    (None, Some(field)) if hmac.separator.is_some() && !field.is_empty() => {
-                        TimestampSource::Field(field)
-                    }
-                    (None, Some(_)) => {
-                        errors.add(
-                            at("hmac.timestamp.field"),
-                            "needs hmac.separator and some text",
-                        );
-                        return None;
-                    }
-                    _ => {
-                        errors.add(at("hmac.timestamp"), "needs one of header or field");
-                        return None;
-                    }
-                };
-                Some(TimestampSpec { source, tolerance })
-            });
-            let template = hmac.signed.as_deref().unwrap_or("{body}");
-            let signed = verify::parse_template(template, timestamp.is_some(), id_header.as_ref())
-                .map_err(|error| errors.add(at("hmac.signed"), error.to_string()))
-                .ok();
-            let spec = HmacSpec {
-                labels: Labels::CONFIGURED,
-                header: header?,
-                digest: hmac.algorithm.unwrap_or(Digest::Sha256),
-                encoding: hmac.encoding.unwrap_or(Encoding::Hex),
-                prefix: hmac.prefix,
-                separator: hmac.separator,
-                timestamp,
-                signed: signed?,
-            };
-            let configured_id = match (id_header, hmac.id_pointer) {
-                (Some(_), Some(_)) => {
-                    errors.add(
-                        at("hmac.id_pointer"),
-                        "set id_header or id_pointer, not both",
-                    );
-                    None
-                }
-                (Some(name), None) => Some(ConfiguredId::Header(name)),
-                (None, Some(pointer)) if pointer.starts_with('/') => {
-                    Some(ConfiguredId::Pointer(pointer))
-                }
-                (None, Some(_)) => {
-                    errors.add(
-                        at("hmac.id_pointer"),
-                        "must be a JSON pointer into the body (starts with /)",
-                    );
-                    None
-                }
-                (None, None) => None,
-            };
-            return Some((Scheme::Hmac(spec), configured_id));
-        }
+        (Provider::Hmac, Some(hmac)) => return generic_hmac(hmac, tolerance, at, errors),
         (Provider::Hmac, None) => {
             errors.add(
                 at("hmac"),
@@ -502,6 +453,95 @@ fn scheme(
         ) => Scheme::Hmac(verify::preset(provider, tolerance)?),
     };
     Some((scheme, None))
+}
+
+/// A generic HMAC route's scheme (its `hmac` block), and the id it configures.
+fn generic_hmac(
+    hmac: RawHmac,
+    tolerance: Duration,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut FieldErrors,
+) -> Option<(Scheme, Option<ConfiguredId>)> {
+    let header = header_name(&hmac.header, "hmac.header", at, errors);
+    let id_header = hmac
+        .id_header
+        .and_then(|name| header_name(&name, "hmac.id_header", at, errors));
+    let timestamp = hmac
+        .timestamp
+        .and_then(|raw| timestamp_spec(raw, hmac.separator.is_some(), tolerance, at, errors));
+    let template = hmac.signed.as_deref().unwrap_or("{body}");
+    let signed = verify::parse_template(template, timestamp.is_some(), id_header.as_ref())
+        .map_err(|error| errors.add(at("hmac.signed"), error.to_string()))
+        .ok();
+    let spec = HmacSpec {
+        labels: Labels::CONFIGURED,
+        header: header?,
+        digest: hmac.algorithm.unwrap_or(Digest::Sha256),
+        encoding: hmac.encoding.unwrap_or(Encoding::Hex),
+        prefix: hmac.prefix,
+        separator: hmac.separator,
+        timestamp,
+        signed: signed?,
+    };
+    let configured_id = configured_id(id_header, hmac.id_pointer, at, errors);
+    Some((Scheme::Hmac(spec), configured_id))
+}
+
+/// Where a generic HMAC route's timestamp is (`hmac.timestamp`), checked within
+/// `tolerance`; a field needs the block's `separator`.
+fn timestamp_spec(
+    raw: RawTimestamp,
+    has_separator: bool,
+    tolerance: Duration,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut FieldErrors,
+) -> Option<TimestampSpec> {
+    let source = match (raw.header, raw.field) {
+        (Some(name), None) => {
+            TimestampSource::Header(header_name(&name, "hmac.timestamp.header", at, errors)?)
+        }
+        (None, Some(field)) if has_separator && !field.is_empty() => TimestampSource::Field(field),
+        (None, Some(_)) => {
+            errors.add(
+                at("hmac.timestamp.field"),
+                "needs hmac.separator and some text",
+            );
+            return None;
+        }
+        _ => {
+            errors.add(at("hmac.timestamp"), "needs one of header or field");
+            return None;
+        }
+    };
+    Some(TimestampSpec { source, tolerance })
+}
+
+/// A generic HMAC route's event id: from a header or a JSON pointer into the body.
+fn configured_id(
+    id_header: Option<HeaderName>,
+    id_pointer: Option<String>,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut FieldErrors,
+) -> Option<ConfiguredId> {
+    match (id_header, id_pointer) {
+        (Some(_), Some(_)) => {
+            errors.add(
+                at("hmac.id_pointer"),
+                "set id_header or id_pointer, not both",
+            );
+            None
+        }
+        (Some(name), None) => Some(ConfiguredId::Header(name)),
+        (None, Some(pointer)) if pointer.starts_with('/') => Some(ConfiguredId::Pointer(pointer)),
+        (None, Some(_)) => {
+            errors.add(
+                at("hmac.id_pointer"),
+                "must be a JSON pointer into the body (starts with /)",
+            );
+            None
+        }
+        (None, None) => None,
+    }
 }
 
 /// A configured header name, or `None` with an error at `field`.
