@@ -24,7 +24,7 @@ use super::append::{AppendError, Appended, NewEvent};
 use super::group_commit::{GroupCommit, MAX_BATCH_RECORDS, Next};
 use super::lag::LagBytes;
 use super::metrics::SpoolMetrics;
-use super::recent_ids::{KeyPrint, RecentIds};
+use super::recent_ids::{KeyPrint, Lookup, RecentIds};
 use super::record::{RecordView, SegmentFormat};
 use super::recovery::Recovered;
 use super::rotation::{SegmentMeta, create_segment, remove_delivered};
@@ -215,15 +215,11 @@ impl Writer {
     fn commit(&mut self, appends: &[NewEvent]) -> Vec<Result<Appended, AppendError>> {
         self.group.committed(appends.len());
         if !self.shared.has_room() {
-            let refused = vec![Err(AppendError::DiskFull); appends.len()];
-            for outcome in &refused {
-                self.metrics.append(outcome);
-            }
-            return refused;
+            return self.refuse_all(appends.len(), AppendError::DiskFull);
         }
         let mut outcomes: Vec<Result<Appended, AppendError>> = Vec::with_capacity(appends.len());
         let mut batch_ids: BatchIds<'_> = HashMap::default();
-        let mut batch_macs: HashMap<(&str, &str), u64, BatchHasher> = HashMap::default();
+        let mut batch_macs: BatchMacs<'_> = HashMap::default();
         // Reused across batches: large short-lived buffers make glibc malloc consolidate.
         let mut buf = std::mem::take(&mut self.batch_buf);
         let mut frame = std::mem::take(&mut self.frame_buf);
@@ -237,37 +233,14 @@ impl Writer {
             }
             let key = (&*event.route, event.event_id.as_str());
             let seen = self.recent.get(key.0).map(|window| window.look_up(key.1));
-            let known = seen.as_ref().and_then(|seen| seen.stored_as);
-            if let Some(seq) = known.or_else(|| batch_ids.get(&key).map(|&(seq, _)| seq))
-                && !event.resend
-            {
-                outcomes.push(Ok(Appended::Duplicate { seq }));
-                continue;
-            }
             let mac = mac_of_key(key.1).map(|mac| (key.0, mac));
-            let replayed = seen.as_ref().and_then(|seen| seen.replay_of);
-            if let Some(seq) = replayed.or_else(|| batch_macs.get(&mac?).copied())
-                && !event.resend
-            {
-                if self.replay_log.allow() {
-                    tracing::warn!(
-                        route = key.0,
-                        key = key.1,
-                        stored_as = seq,
-                        "a signed body already stored arrived under a fresh unsigned id: a replay, acknowledged and not stored (logged at most once a second)"
-                    );
+            if !event.resend {
+                if let Some(known) = self.known(key, seen.as_ref(), mac, &batch_ids, &batch_macs) {
+                    outcomes.push(Ok(known));
+                    continue;
                 }
-                outcomes.push(Ok(Appended::Replay { seq }));
-                continue;
-            }
-            if !event.resend && seen.as_ref().is_some_and(|seen| seen.conflicts) {
-                self.metrics.id_conflicts.inc();
-                if self.conflict_log.allow() {
-                    tracing::warn!(
-                        route = key.0,
-                        key = key.1,
-                        "a known delivery id arrived with another validly signed body: stored as its own event (logged at most once a second)"
-                    );
+                if seen.as_ref().is_some_and(|seen| seen.conflicts) {
+                    self.id_conflict(key);
                 }
             }
             let seq = self.next_seq;
@@ -284,20 +257,12 @@ impl Writer {
                 outcomes.push(Err(AppendError::Full));
                 continue;
             }
-            let segment_len = self.active_len() + buf.len() as u64;
-            let full = segment_len + len > self.segment_bytes;
-            let header_len = self.active_format().header_len() as u64;
-            if (full || self.spare_waits()) && segment_len > header_len {
-                if let Err(e) = self.flush(&mut buf).and_then(|()| self.roll(seq)) {
+            match self.roll_if_due(event, seq, len, &mut buf, &mut frame) {
+                Ok(header_bytes) => batch_bytes += header_bytes,
+                Err(e) => {
                     io_result = Err(e);
                     break;
                 }
-                batch_bytes += self.active_format().header_len() as u64;
-                // The new segment checks its frames under a seed of its own.
-                frame.clear();
-                let _ = self
-                    .view(event, seq)
-                    .encode_frame(&self.active_format(), &mut frame);
             }
             buf.extend_from_slice(&frame);
             batch_bytes += len;
@@ -326,6 +291,83 @@ impl Writer {
         }
         self.publish_gauges();
         outcomes
+    }
+
+    /// Refuses a batch of `count` appends with `error`, counted.
+    fn refuse_all(&self, count: usize, error: AppendError) -> Vec<Result<Appended, AppendError>> {
+        let refused = vec![Err(error); count];
+        for outcome in &refused {
+            self.metrics.append(outcome);
+        }
+        refused
+    }
+
+    /// Moves to a new segment when the frame of `len` bytes in `frame` does not fit in
+    /// the active one (or its spare is waiting), once the batch so far in `buf` is
+    /// written to the old one; the frame is encoded again, since each segment checks its
+    /// frames under a seed of its own. Returns the new segment's header bytes.
+    fn roll_if_due(
+        &mut self,
+        event: &NewEvent,
+        seq: u64,
+        len: u64,
+        buf: &mut Vec<u8>,
+        frame: &mut Vec<u8>,
+    ) -> std::io::Result<u64> {
+        let segment_len = self.active_len() + buf.len() as u64;
+        let full = segment_len + len > self.segment_bytes;
+        let header_len = self.active_format().header_len() as u64;
+        if !(full || self.spare_waits()) || segment_len <= header_len {
+            return Ok(0);
+        }
+        self.flush(buf)?;
+        self.roll(seq)?;
+        frame.clear();
+        let _ = self
+            .view(event, seq)
+            .encode_frame(&self.active_format(), frame);
+        Ok(self.active_format().header_len() as u64)
+    }
+
+    /// What an event already known is answered, or `None` to store it: a duplicate when
+    /// its key is stored (in the window or earlier in this batch), a replay when its
+    /// signed body is stored under another unsigned id.
+    fn known(
+        &self,
+        key: (&str, &str),
+        seen: Option<&Lookup>,
+        mac: Option<(&str, &str)>,
+        batch_ids: &BatchIds<'_>,
+        batch_macs: &BatchMacs<'_>,
+    ) -> Option<Appended> {
+        let stored = seen.and_then(|seen| seen.stored_as);
+        if let Some(seq) = stored.or_else(|| batch_ids.get(&key).map(|&(seq, _)| seq)) {
+            return Some(Appended::Duplicate { seq });
+        }
+        let replayed = seen.and_then(|seen| seen.replay_of);
+        let seq = replayed.or_else(|| batch_macs.get(&mac?).copied())?;
+        if self.replay_log.allow() {
+            tracing::warn!(
+                route = key.0,
+                key = key.1,
+                stored_as = seq,
+                "a signed body already stored arrived under a fresh unsigned id: a replay, acknowledged and not stored (logged at most once a second)"
+            );
+        }
+        Some(Appended::Replay { seq })
+    }
+
+    /// A known delivery id arrived with another validly signed body: it is stored as its
+    /// own event, counted and logged.
+    fn id_conflict(&self, key: (&str, &str)) {
+        self.metrics.id_conflicts.inc();
+        if self.conflict_log.allow() {
+            tracing::warn!(
+                route = key.0,
+                key = key.1,
+                "a known delivery id arrived with another validly signed body: stored as its own event (logged at most once a second)"
+            );
+        }
     }
 
     /// After the batch's write and fsync: what is durable is remembered for
@@ -631,12 +673,14 @@ fn appends_in(commands: &[Command]) -> usize {
         .sum()
 }
 
-/// How often a checkpoint measures `dead-letter/` and `quarantine/` again and prunes
-/// the retained delivered segments.
 /// One batch's stored keys, (route, key): the sequence number and the window's print
 /// of the key, remembered once the batch is durable.
 type BatchIds<'a> = HashMap<(&'a str, &'a str), (u64, Option<KeyPrint>), BatchHasher>;
+/// A batch's signed bodies (route, MAC) so far, with the sequence numbers they take.
+type BatchMacs<'a> = HashMap<(&'a str, &'a str), u64, BatchHasher>;
 /// A batch's routes and keys come from verified deliveries: a cheap seeded hash does.
 type BatchHasher = foldhash::fast::RandomState;
 
+/// How often a checkpoint measures `dead-letter/` and `quarantine/` again and prunes
+/// the retained delivered segments.
 const REMEASURE_KEPT: Duration = Duration::from_secs(10);
