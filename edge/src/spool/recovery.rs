@@ -183,16 +183,7 @@ impl Replay {
         if scan.header_recovered {
             tracing::error!(segment = %path.display(), "spool segment header damaged: its seed was found again from its frames; no record lost to it");
         }
-        for scanned in &scan.records {
-            let record = &scanned.record;
-            if record.seq > self.checkpoint {
-                self.lag.appended(record.seq, scanned.len as u64);
-            }
-            if let Some(window) = self.recent.get_mut(record.route) {
-                window.insert(record.event_id, record.seq);
-            }
-            self.last_seq = self.last_seq.max(record.seq);
-        }
+        self.remember(&scan.records);
         self.repair_lengths(path, &scan.records)?;
         self.report.records += scan.records.len() as u64;
         for damage in &scan.damaged {
@@ -203,23 +194,7 @@ impl Replay {
         let mut kept = scan.end;
         match &scan.tail {
             Some(tail) if is_last => {
-                self.keep_cut_bytes(path, &bytes[tail.offset..tail.offset + tail.len], tail)?;
-                cut_tail(path, scan.end, format)?;
-                let cut = CutTail {
-                    path: path.to_owned(),
-                    offset: tail.offset,
-                    bytes: bytes.len() - scan.end,
-                    reason: tail.error,
-                    unfinished: tail.unfinished,
-                };
-                if tail.unfinished {
-                    tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut a write that never finished (never acknowledged); its bytes are in quarantine");
-                } else {
-                    log_damage(path, first, tail);
-                    self.report.damaged += 1;
-                    self.last_seq = self.last_seq.max(tail.last_seq_held(first));
-                }
-                self.report.cut.push(cut);
+                self.cut_newest_tail(path, first, &bytes, scan.end, format, tail)?
             }
             Some(tail) => {
                 // A sealed segment's last records are damaged: kept, and its bytes too.
@@ -241,6 +216,53 @@ impl Replay {
             format,
             damaged,
         }))
+    }
+
+    /// Counts the records read back toward the backhaul's lag and remembers their ids
+    /// for de-duplication.
+    fn remember(&mut self, records: &[Scanned<'_>]) {
+        for scanned in records {
+            let record = &scanned.record;
+            if record.seq > self.checkpoint {
+                self.lag.appended(record.seq, scanned.len as u64);
+            }
+            if let Some(window) = self.recent.get_mut(record.route) {
+                window.insert(record.event_id, record.seq);
+            }
+            self.last_seq = self.last_seq.max(record.seq);
+        }
+    }
+
+    /// Cuts the newest segment (`bytes`, read from `path`) at `end`, its `tail` kept in
+    /// quarantine: a write that never finished (never acknowledged) or damaged records,
+    /// which are named.
+    fn cut_newest_tail(
+        &mut self,
+        path: &Path,
+        first: u64,
+        bytes: &[u8],
+        end: usize,
+        format: SegmentFormat,
+        tail: &Damage,
+    ) -> anyhow::Result<()> {
+        self.keep_cut_bytes(path, &bytes[tail.offset..tail.offset + tail.len], tail)?;
+        cut_tail(path, end, format)?;
+        let cut = CutTail {
+            path: path.to_owned(),
+            offset: tail.offset,
+            bytes: bytes.len() - end,
+            reason: tail.error,
+            unfinished: tail.unfinished,
+        };
+        if tail.unfinished {
+            tracing::warn!(segment = %path.display(), offset = cut.offset, cut_bytes = cut.bytes, reason = %cut.reason, "spool recovery cut a write that never finished (never acknowledged); its bytes are in quarantine");
+        } else {
+            log_damage(path, first, tail);
+            self.report.damaged += 1;
+            self.last_seq = self.last_seq.max(tail.last_seq_held(first));
+        }
+        self.report.cut.push(cut);
+        Ok(())
     }
 
     fn quarantine(&mut self, path: &Path, why: &str) -> anyhow::Result<()> {
