@@ -25,7 +25,9 @@ use crate::admission::{BodyClaim, Refusal};
 use crate::config::EarlyDataPolicy;
 use crate::event;
 use crate::spool::{AppendError, Appended, NewEvent};
-use crate::verify::{Challenge, ChallengeAnswer, ChallengeError, Verification, VerifyError};
+use crate::verify::{
+    Challenge, ChallengeAnswer, ChallengeError, Verification, Verified, VerifyError,
+};
 
 /// What the connection knows about a request: whether it arrived as TLS early data
 /// (0-RTT), from where, and the connection itself (to drop it on abuse).
@@ -143,6 +145,21 @@ async fn handle_route(
         Err(e) => return unverified(app, entry, e),
     };
 
+    store(app, entry, parts, early, received_ms, body, verified).await
+}
+
+/// Stores a verified delivery (or answers its provider's handshake) under an admission
+/// slot, and answers once it is durable.
+async fn store(
+    app: &App,
+    entry: &RouteEntry,
+    parts: &http::request::Parts,
+    early: bool,
+    received_ms: u64,
+    body: Bytes,
+    verified: Verified,
+) -> Response<ResponseBody> {
+    let route = &entry.route;
     // The slot covers the append and its fsync: the work the adaptive limit measures.
     let mut permit = match app.admission.acquire(route.priority).await {
         Ok(permit) => permit,
