@@ -137,14 +137,7 @@ impl Serving {
                     .http2
                     .serve_connection(TokioIo::new(tls), service);
                 let (served, idled) = Box::pin(self.serve_h2(conn, &usage, &*clock)).await;
-                if idled {
-                    self.metrics.reject("idle");
-                }
-                if calmed.load(Ordering::Relaxed) {
-                    self.metrics.reject("h2_control_flood");
-                    if self.refusal_log.allow() {
-                        tracing::warn!(%peer, "HTTP/2 frames that advance no request over http.h2_control_frames_per_second: GOAWAY(ENHANCE_YOUR_CALM) and closed (logged at most once a second)");
-                    }
+                if self.h2_cut_off(idled, calmed.load(Ordering::Relaxed), peer) {
                     return;
                 }
                 served
@@ -153,6 +146,21 @@ impl Serving {
         if let Err(e) = served {
             self.connection_failed(e, peer);
         }
+    }
+
+    /// Counts an HTTP/2 connection closed for idling (`idled`) or for a control-frame
+    /// flood (`calmed`); true for the flood, whose connection error is no news.
+    fn h2_cut_off(&self, idled: bool, calmed: bool, peer: SocketAddr) -> bool {
+        if idled {
+            self.metrics.reject("idle");
+        }
+        if calmed {
+            self.metrics.reject("h2_control_flood");
+            if self.refusal_log.allow() {
+                tracing::warn!(%peer, "HTTP/2 frames that advance no request over http.h2_control_frames_per_second: GOAWAY(ENHANCE_YOUR_CALM) and closed (logged at most once a second)");
+            }
+        }
+        calmed
     }
 
     /// Drives an HTTP/2 connection until it ends, is told to close, or has had no
