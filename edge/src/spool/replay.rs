@@ -120,80 +120,107 @@ pub(super) async fn replay_once(spool: &Arc<Spool>) -> Result<(), Stop> {
     let dir = spool.shared.dir.join(DIR);
     let files = blocking(move || queue_files(&dir)).await?;
     for path in files {
-        let read_path = path.clone();
-        let bytes = blocking(move || fs::read(read_path)).await?;
-        let scan = scan_segment(&bytes);
-        let damage = scan.damaged.first().or(scan.tail.as_ref());
-        let damage = match (&scan.format, damage) {
-            (Err(e), _) => Some(format!("unreadable header: {e}")),
-            (Ok(_), Some(damage)) => Some(format!("{}; names {:?}", damage.error, damage.named)),
-            (Ok(_), None) => None,
-        };
-        let progress = progress_name(&path);
-        let dir = spool.shared.dir.join(DIR);
-        let progress_dir = dir.clone();
-        let name = progress.clone();
-        let stored_before = blocking(move || checkpoint::read_seq(&progress_dir, &name))
-            .await?
-            .unwrap_or(0) as usize;
-        let events: Vec<NewEvent> = scan
-            .records
-            .iter()
-            .skip(stored_before)
-            .map(|scanned| replayed(&scanned.record))
-            .collect();
-        let count = events.len() as u64;
-        let mut stored = stored_before;
-        for chunk in chunked(events, APPENDS_AT_ONCE) {
-            let outcomes =
-                futures::future::join_all(chunk.into_iter().map(|event| spool.append(event))).await;
-            if let Some(refused) = outcomes.iter().position(Result::is_err) {
-                stored += refused;
-                spool
-                    .metrics
-                    .replayed
-                    .inc_by((stored - stored_before) as u64);
-                if outcomes[refused] == Err(AppendError::Closed) {
-                    return Err(Stop::Closed);
-                }
-                // The next pass starts after what is stored, so a spool near full is not
-                // filled with copies.
-                let (dir, temp) = (dir.clone(), format!("{progress}.tmp"));
-                blocking(move || checkpoint::write_seq(&dir, &progress, &temp, stored as u64))
-                    .await?;
-                tracing::warn!(path = %path.display(), stored, error = ?outcomes[refused], "a replay waits: the spool refused an event; the next pass goes on from it");
-                return Ok(());
-            }
-            stored += outcomes.len();
+        if replay_file(spool, path).await? == Replayed::Waits {
+            return Ok(());
         }
-        let spool_dir = spool.shared.dir.clone();
-        let done = path.clone();
-        let why = damage.clone();
-        let progress = dir.join(progress_name(&path));
-        blocking(move || {
-            match why {
-                Some(why) => {
-                    quarantine::move_in(&spool_dir, &done, &format!("replay queue: {why}"))?
-                }
-                None => remove_durably(&done)?,
+    }
+    Ok(())
+}
+
+/// How far one file of `replay/` went.
+#[derive(Debug, PartialEq)]
+enum Replayed {
+    /// All its events are stored again; the file is gone (or in quarantine).
+    Whole,
+    /// The spool refused one: the file stays queued, its progress noted.
+    Waits,
+}
+
+/// Stores the events of the replay file `path` again, from where an earlier pass left
+/// off, then retires the file.
+async fn replay_file(spool: &Arc<Spool>, path: PathBuf) -> Result<Replayed, Stop> {
+    let read_path = path.clone();
+    let bytes = blocking(move || fs::read(read_path)).await?;
+    let scan = scan_segment(&bytes);
+    let damage = scan.damaged.first().or(scan.tail.as_ref());
+    let damage = match (&scan.format, damage) {
+        (Err(e), _) => Some(format!("unreadable header: {e}")),
+        (Ok(_), Some(damage)) => Some(format!("{}; names {:?}", damage.error, damage.named)),
+        (Ok(_), None) => None,
+    };
+    let progress = progress_name(&path);
+    let dir = spool.shared.dir.join(DIR);
+    let progress_dir = dir.clone();
+    let name = progress.clone();
+    let stored_before = blocking(move || checkpoint::read_seq(&progress_dir, &name))
+        .await?
+        .unwrap_or(0) as usize;
+    let events: Vec<NewEvent> = scan
+        .records
+        .iter()
+        .skip(stored_before)
+        .map(|scanned| replayed(&scanned.record))
+        .collect();
+    let count = events.len() as u64;
+    let mut stored = stored_before;
+    for chunk in chunked(events, APPENDS_AT_ONCE) {
+        let outcomes =
+            futures::future::join_all(chunk.into_iter().map(|event| spool.append(event))).await;
+        if let Some(refused) = outcomes.iter().position(Result::is_err) {
+            stored += refused;
+            spool
+                .metrics
+                .replayed
+                .inc_by((stored - stored_before) as u64);
+            if outcomes[refused] == Err(AppendError::Closed) {
+                return Err(Stop::Closed);
             }
-            remove_durably(&progress)
-        })
-        .await?;
-        spool.metrics.replayed.inc_by(count);
-        let shared = Arc::clone(&spool.shared);
-        blocking(move || {
-            shared.kept.remeasure(&shared.dir);
-            Ok(())
-        })
-        .await?;
-        match damage {
-            Some(why) => {
-                tracing::error!(path = %path.display(), replayed = count, why = %why, "a replay file held damage: its whole events were stored again, the file moved to quarantine")
-            }
-            None => {
-                tracing::info!(path = %path.display(), replayed = count, "replay stored for delivery")
-            }
+            // The next pass starts after what is stored, so a spool near full is not
+            // filled with copies.
+            let temp = format!("{progress}.tmp");
+            blocking(move || checkpoint::write_seq(&dir, &progress, &temp, stored as u64)).await?;
+            tracing::warn!(path = %path.display(), stored, error = ?outcomes[refused], "a replay waits: the spool refused an event; the next pass goes on from it");
+            return Ok(Replayed::Waits);
+        }
+        stored += outcomes.len();
+    }
+    retire_file(spool, path, damage, count).await?;
+    Ok(Replayed::Whole)
+}
+
+/// Removes a replay file whose `count` events are all stored again, with its progress
+/// note; one that held `damage` goes to quarantine instead.
+async fn retire_file(
+    spool: &Arc<Spool>,
+    path: PathBuf,
+    damage: Option<String>,
+    count: u64,
+) -> Result<(), Stop> {
+    let spool_dir = spool.shared.dir.clone();
+    let done = path.clone();
+    let why = damage.clone();
+    let progress = spool.shared.dir.join(DIR).join(progress_name(&path));
+    blocking(move || {
+        match why {
+            Some(why) => quarantine::move_in(&spool_dir, &done, &format!("replay queue: {why}"))?,
+            None => remove_durably(&done)?,
+        }
+        remove_durably(&progress)
+    })
+    .await?;
+    spool.metrics.replayed.inc_by(count);
+    let shared = Arc::clone(&spool.shared);
+    blocking(move || {
+        shared.kept.remeasure(&shared.dir);
+        Ok(())
+    })
+    .await?;
+    match damage {
+        Some(why) => {
+            tracing::error!(path = %path.display(), replayed = count, why = %why, "a replay file held damage: its whole events were stored again, the file moved to quarantine")
+        }
+        None => {
+            tracing::info!(path = %path.display(), replayed = count, "replay stored for delivery")
         }
     }
     Ok(())
