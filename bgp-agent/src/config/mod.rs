@@ -248,43 +248,13 @@ impl Default for RawGuard {
 impl RawSettings {
     fn validate(self) -> Result<Settings, Vec<FieldError>> {
         let mut errors = FieldErrors::default();
+        self.check_timing(&mut errors);
         let pop = errors.required("pop", self.pop);
         let state_dir = errors.required("state_dir", self.state_dir);
         let admin_listen = errors.required("admin_listen", self.admin_listen);
         let speaker = errors.required("speaker", self.speaker);
         if self.prefixes.is_empty() {
             errors.add("prefixes", "must list at least one prefix");
-        }
-        if self.rise == 0 {
-            errors.add("rise", "must be at least 1");
-        }
-        if self.fall == 0 {
-            errors.add("fall", "must be at least 1");
-        }
-        if self.interval.is_zero() {
-            errors.add("interval", "must be positive");
-        }
-        if self.fast_interval.is_zero() || self.fast_interval > self.interval {
-            errors.add(
-                "fast_interval",
-                "must be positive and not longer than interval",
-            );
-        }
-        if let Some(d) = &self.dampening
-            && !(d.reuse < d.suppress && d.penalty > 0.0 && !d.half_life.is_zero())
-        {
-            errors.add(
-                "dampening",
-                "needs reuse < suppress, a positive penalty and half_life",
-            );
-        }
-        if let Some(g) = &self.graceful_shutdown
-            && (g.wait.is_zero() || g.wait > MAX_GRACEFUL_WAIT)
-        {
-            errors.add(
-                "graceful_shutdown.wait",
-                "must be positive and at most 1m (use `graceful_shutdown: null` to withdraw at once)",
-            );
         }
         let checks = checks::validate(self.checks, &mut errors);
         let degrades = checks.iter().any(|c| c.class == CheckClass::Degrade);
@@ -326,6 +296,41 @@ impl RawSettings {
             speaker,
             guard,
         })
+    }
+
+    /// The round's counts and intervals, dampening and the graceful-shutdown wait.
+    fn check_timing(&self, errors: &mut FieldErrors) {
+        if self.rise == 0 {
+            errors.add("rise", "must be at least 1");
+        }
+        if self.fall == 0 {
+            errors.add("fall", "must be at least 1");
+        }
+        if self.interval.is_zero() {
+            errors.add("interval", "must be positive");
+        }
+        if self.fast_interval.is_zero() || self.fast_interval > self.interval {
+            errors.add(
+                "fast_interval",
+                "must be positive and not longer than interval",
+            );
+        }
+        if let Some(d) = &self.dampening
+            && !(d.reuse < d.suppress && d.penalty > 0.0 && !d.half_life.is_zero())
+        {
+            errors.add(
+                "dampening",
+                "needs reuse < suppress, a positive penalty and half_life",
+            );
+        }
+        if let Some(g) = &self.graceful_shutdown
+            && (g.wait.is_zero() || g.wait > MAX_GRACEFUL_WAIT)
+        {
+            errors.add(
+                "graceful_shutdown.wait",
+                "must be positive and at most 1m (use `graceful_shutdown: null` to withdraw at once)",
+            );
+        }
     }
 }
 
