@@ -88,28 +88,32 @@ enum Command {
     },
     /// Print every message in the origin's stream as a JSON line (id, pop), read as the
     /// origin's administrator.
-    Origin {
-        /// The origin cluster's servers (any one that answers will do).
-        #[arg(long, value_delimiter = ',', default_value = lab::ORIGIN_SERVERS)]
-        nats: Vec<String>,
-        #[arg(long, default_value = "WEBHOOKS")]
-        stream: String,
-        /// Print the stream's replication (leader, peers) instead, as one JSON line.
-        #[arg(long)]
-        replication: bool,
-        /// Instead, as the identity of this nkey seed file with replies in the inbox
-        /// `--as-inbox`: look the stream up, publish to SUBJECT, try to delete the
-        /// stream, and read what the administrator sends to its own inbox and to
-        /// `--peek-inbox`; print what each got, as one JSON line.
-        #[arg(long, value_name = "SUBJECT", requires_all = ["as_seed_file", "as_inbox", "peek_inbox"])]
-        probe: Option<String>,
-        #[arg(long)]
-        as_seed_file: Option<PathBuf>,
-        #[arg(long, value_name = "PREFIX")]
-        as_inbox: Option<String>,
-        #[arg(long, value_name = "PREFIX")]
-        peek_inbox: Option<String>,
-    },
+    Origin(OriginArgs),
+}
+
+/// `lab origin`: what to read of the origin's stream, and as whom.
+#[derive(clap::Args)]
+struct OriginArgs {
+    /// The origin cluster's servers (any one that answers will do).
+    #[arg(long, value_delimiter = ',', default_value = lab::ORIGIN_SERVERS)]
+    nats: Vec<String>,
+    #[arg(long, default_value = "WEBHOOKS")]
+    stream: String,
+    /// Print the stream's replication (leader, peers) instead, as one JSON line.
+    #[arg(long)]
+    replication: bool,
+    /// Instead, as the identity of this nkey seed file with replies in the inbox
+    /// `--as-inbox`: look the stream up, publish to SUBJECT, try to delete the
+    /// stream, and read what the administrator sends to its own inbox and to
+    /// `--peek-inbox`; print what each got, as one JSON line.
+    #[arg(long, value_name = "SUBJECT", requires_all = ["as_seed_file", "as_inbox", "peek_inbox"])]
+    probe: Option<String>,
+    #[arg(long)]
+    as_seed_file: Option<PathBuf>,
+    #[arg(long, value_name = "PREFIX")]
+    as_inbox: Option<String>,
+    #[arg(long, value_name = "PREFIX")]
+    peek_inbox: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -144,28 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", lab.status()?);
         }
         Command::Down => lab()?.down(),
-        Command::Status => {
-            let lab = lab()?;
-            print!("{}", lab.status()?);
-            println!();
-            for router in lab.topology.routers() {
-                for vip in [VIP, VIP6] {
-                    let hops = lab.next_hops(router, vip).unwrap_or_default();
-                    println!("{router}: {vip} via {}", hops.join(", "));
-                }
-            }
-            let prometheus = Prometheus::of(&lab)?;
-            if let Some(regions) = regions::status(&lab, &prometheus, VIP) {
-                print!("\n{regions}");
-            }
-            println!("\n{}: alerts", prometheus.node());
-            // A Prometheus that is down or starting is a status, not an error.
-            match prometheus.alerts() {
-                Ok(alerts) if alerts.is_empty() => println!("none pending or firing"),
-                Ok(alerts) => alerts.iter().for_each(|alert| println!("{alert}")),
-                Err(e) => println!("{e:#}"),
-            }
-        }
+        Command::Status => print_status(&lab()?)?,
         Command::Alerts => {
             let mut out = std::io::stdout().lock();
             for alert in Prometheus::of(&lab()?)?.alerts()? {
@@ -230,19 +213,46 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 writeln!(out, "{}", serde_json::to_string(outcome)?)?;
             }
         }
-        Command::Origin {
-            nats,
-            stream,
-            probe: Some(subject),
-            as_seed_file: Some(seed_file),
-            as_inbox,
-            peek_inbox: Some(peek_inbox),
-            ..
-        } => {
-            let admin = OriginAccess::admin(&lab_dir(&cli.topology), nats);
+        Command::Origin(args) => origin(&lab_dir(&cli.topology), args)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab status`: the nodes, each router's next hops to the anycast addresses, the
+/// regions, and the alerts pending or firing.
+fn print_status(lab: &Lab) -> anyhow::Result<()> {
+    print!("{}", lab.status()?);
+    println!();
+    for router in lab.topology.routers() {
+        for vip in [VIP, VIP6] {
+            let hops = lab.next_hops(router, vip).unwrap_or_default();
+            println!("{router}: {vip} via {}", hops.join(", "));
+        }
+    }
+    let prometheus = Prometheus::of(lab)?;
+    if let Some(regions) = regions::status(lab, &prometheus, VIP) {
+        print!("\n{regions}");
+    }
+    println!("\n{}: alerts", prometheus.node());
+    // A Prometheus that is down or starting is a status, not an error.
+    match prometheus.alerts() {
+        Ok(alerts) if alerts.is_empty() => println!("none pending or firing"),
+        Ok(alerts) => alerts.iter().for_each(|alert| println!("{alert}")),
+        Err(e) => println!("{e:#}"),
+    }
+    Ok(())
+}
+
+/// `lab origin`: the stream's messages, its replication, or a probe of what an identity
+/// may do, each printed as JSON lines.
+fn origin(lab_dir: &std::path::Path, args: OriginArgs) -> anyhow::Result<()> {
+    let admin = OriginAccess::admin(lab_dir, args.nats);
+    let stream = args.stream;
+    match (args.probe, args.as_seed_file, args.peek_inbox) {
+        (Some(subject), Some(seed_file), Some(peek_inbox)) => {
             let access = OriginAccess {
                 seed_file: Some(seed_file),
-                inbox_prefix: as_inbox,
+                inbox_prefix: args.as_inbox,
                 ..admin.clone()
             };
             let probe = runtime()?.block_on(lab::origin::probe(
@@ -254,26 +264,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ))?;
             println!("{}", serde_json::to_string(&probe)?);
         }
-        Command::Origin {
-            nats,
-            stream,
-            replication: true,
-            ..
-        } => {
-            let access = OriginAccess::admin(&lab_dir(&cli.topology), nats);
-            let replication = runtime()?.block_on(lab::origin::replication(&access, &stream))?;
+        _ if args.replication => {
+            let replication = runtime()?.block_on(lab::origin::replication(&admin, &stream))?;
             println!("{}", serde_json::to_string(&replication)?);
         }
-        Command::Origin { nats, stream, .. } => {
-            let access = OriginAccess::admin(&lab_dir(&cli.topology), nats);
-            let arrivals = runtime()?.block_on(lab::origin::arrivals(&access, &stream))?;
+        _ => {
+            let arrivals = runtime()?.block_on(lab::origin::arrivals(&admin, &stream))?;
             let mut out = std::io::stdout().lock();
             for arrival in &arrivals {
                 writeln!(out, "{}", serde_json::to_string(arrival)?)?;
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The folder of the topology file: where its nodes' files are.
