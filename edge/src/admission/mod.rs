@@ -236,9 +236,10 @@ impl Admission {
     /// After the body: a slot, possibly after waiting in the queue up to `max_wait`.
     pub async fn acquire(self: &Arc<Self>, priority: Priority) -> Result<Permit, ShedReason> {
         let started = Instant::now();
-        match self.enter(priority) {
-            Entry::Unlimited => Ok(self.admitted(started, false)),
-            Entry::Admitted => Ok(self.admitted(started, true)),
+        match self.enter(started, priority) {
+            // Admitted without waiting: no second clock read for a zero queue delay.
+            Entry::Unlimited => Ok(self.admitted_at(started, Duration::ZERO, false)),
+            Entry::Admitted => Ok(self.admitted_at(started, Duration::ZERO, true)),
             Entry::Queued(ticket, granted, max_wait) => {
                 self.wait(ticket, granted, max_wait, priority, started)
                     .await
@@ -251,12 +252,12 @@ impl Admission {
     }
 
     /// The limiter's decision; a queued request also gets the receiver of its grant.
-    fn enter(&self, priority: Priority) -> Entry {
+    fn enter(&self, now: Instant, priority: Priority) -> Entry {
         let mut state = self.state();
         if !state.settings.enabled {
             return Entry::Unlimited;
         }
-        let decision = state.limiter.acquire(self.now(), priority);
+        let decision = state.limiter.acquire(self.time_at(now), priority);
         self.publish(&state);
         match decision {
             Decision::Admitted => Entry::Admitted,
@@ -317,13 +318,17 @@ impl Admission {
         reason
     }
 
+    /// A slot for a request that waited in the queue since `started`.
     fn admitted(self: &Arc<Self>, started: Instant, counted: bool) -> Permit {
-        self.metrics
-            .queue_delay
-            .observe(started.elapsed().as_secs_f64());
+        let now = Instant::now();
+        self.admitted_at(now, now.saturating_duration_since(started), counted)
+    }
+
+    fn admitted_at(self: &Arc<Self>, now: Instant, waited: Duration, counted: bool) -> Permit {
+        self.metrics.queue_delay.observe(waited.as_secs_f64());
         Permit {
             admission: Arc::clone(self),
-            since: Instant::now(),
+            since: now,
             worked: false,
             counted,
         }
@@ -342,9 +347,9 @@ impl Admission {
         false
     }
 
-    fn release(&self, work: Option<Duration>) {
+    fn release(&self, now: Instant, work: Option<Duration>) {
         let mut state = self.state();
-        let released = state.limiter.release(self.now(), work);
+        let released = state.limiter.release(self.time_at(now), work);
         // A granted slot belongs to its waiter from now on, delivered or not: a waiter
         // that is gone gives it back through its TicketGuard.
         let answers = released.granted.into_iter().map(|t| (t, Ok(()))).chain(
@@ -371,7 +376,12 @@ impl Admission {
     }
 
     fn now(&self) -> limiter::Time {
-        self.origin.elapsed()
+        self.time_at(Instant::now())
+    }
+
+    /// The limiter's clock at `instant`.
+    fn time_at(&self, instant: Instant) -> limiter::Time {
+        instant.saturating_duration_since(self.origin)
     }
 
     fn state(&self) -> parking_lot::MutexGuard<'_, State> {
@@ -403,8 +413,11 @@ impl Drop for BodyClaim {
 impl Drop for Permit {
     fn drop(&mut self) {
         if self.counted {
-            let work = self.worked.then(|| self.since.elapsed());
-            self.admission.release(work);
+            let now = Instant::now();
+            let work = self
+                .worked
+                .then(|| now.saturating_duration_since(self.since));
+            self.admission.release(now, work);
         }
     }
 }
@@ -432,7 +445,7 @@ impl Drop for TicketGuard {
         if let Some(ticket) = self.ticket.take()
             && !self.admission.cancel(ticket)
         {
-            self.admission.release(None);
+            self.admission.release(Instant::now(), None);
         }
     }
 }

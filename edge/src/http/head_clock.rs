@@ -41,11 +41,11 @@ impl HeadClock {
         RequestHandling(Arc::clone(self))
     }
 
-    /// Bytes arrived: the head deadline starts if they begin a head.
-    pub(crate) fn bytes_read(&self) {
+    /// Bytes arrived at `now`: the head deadline starts if they begin a head.
+    pub(crate) fn bytes_read(&self, now: Instant) {
         let mut state = self.state();
         if state.on && state.handling == 0 && state.since.is_none() {
-            state.since = Some(Instant::now());
+            state.since = Some(now);
         }
     }
 

@@ -93,10 +93,10 @@ impl<S> DeadlineIo<S> {
         let _ = self.report.set(why);
     }
 
-    /// Notes progress. The idle timer is not re-armed here (that would touch the timer
-    /// wheel on every read and write); it is pushed back when it fires early.
-    fn touch(&mut self) {
-        self.last_activity = Instant::now();
+    /// Notes progress at `now`. The idle timer is not re-armed here (that would touch
+    /// the timer wheel on every read and write); it is pushed back when it fires early.
+    fn touch(&mut self, now: Instant) {
+        self.last_activity = now;
     }
 
     /// Whether the connection has really been idle for the limit (the timer having fired).
@@ -115,12 +115,12 @@ impl<S> DeadlineIo<S> {
 
     /// Whether the head being received has taken longer than the limit; otherwise the
     /// timer is set to wake the task when it would.
-    fn head_expired(&mut self, cx: &mut Context<'_>) -> bool {
+    fn head_expired(&mut self, cx: &mut Context<'_>, now: Instant) -> bool {
         let Some(due) = self.head_clock.deadline(self.limits.head) else {
             self.head_timer = None;
             return false;
         };
-        if Instant::now() >= due {
+        if now >= due {
             return true;
         }
         let timer = self
@@ -141,8 +141,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for DeadlineIo<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        // One clock read serves every limit this poll looks at: a request polls its
+        // stream several times, and each read of the clock costs more than the checks.
+        let now = Instant::now();
         if this.expired == Some(Expired::Lifetime)
-            || (Instant::now() >= this.ends_at && this.lifetime.as_mut().poll(cx).is_ready())
+            || (now >= this.ends_at && this.lifetime.as_mut().poll(cx).is_ready())
         {
             this.expire(Expired::Lifetime);
             // End of stream: the HTTP layer answers what it has and closes.
@@ -152,13 +155,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for DeadlineIo<S> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(result) => {
                 if buf.filled().len() > before {
-                    this.touch();
-                    this.head_clock.bytes_read();
+                    this.touch(now);
+                    this.head_clock.bytes_read(now);
                 }
                 Poll::Ready(result)
             }
             Poll::Pending => {
-                if this.head_expired(cx) {
+                if this.head_expired(cx, now) {
                     this.expire(Expired::Head);
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
@@ -188,7 +191,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for DeadlineIo<S> {
         let this = &mut *self;
         let result = Pin::new(&mut this.inner).poll_write(cx, data);
         if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
-            this.touch();
+            this.touch(Instant::now());
         }
         this.watch_stall(cx, result)
     }
