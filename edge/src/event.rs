@@ -96,9 +96,15 @@ pub fn mac_of_key(key: &str) -> Option<&str> {
     split_key(key).map(|(_, mac)| mac)
 }
 
+/// The signature is the key's fixed-length tail, so it is found where it must be rather
+/// than searched for: a key is split once or more per request.
 fn split_key(key: &str) -> Option<(&str, &str)> {
-    key.rsplit_once(MAC_SUFFIX)
-        .filter(|(_, hex)| hex.len() == MAC_HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    let at = key.len().checked_sub(MAC_SUFFIX.len() + MAC_HEX_LEN)?;
+    let hex = key.get(at..)?.strip_prefix(MAC_SUFFIX)?;
+    let id = key.get(..at)?;
+    hex.bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then_some((id, hex))
 }
 
 /// The key the origin de-duplicates an event by (`Nats-Msg-Id`, `Idempotency-Key`):
@@ -340,6 +346,27 @@ mod tests {
         assert_ne!(a, origin_key("payments", "msg_1"));
         assert_ne!(origin_key("a", "b:x"), origin_key("a:b", "x"));
         assert_ne!(origin_key("ab", "c"), origin_key("a", "bc"));
+    }
+
+    #[test]
+    fn a_key_splits_as_at_its_last_mac_suffix() {
+        let hex = "0123456789abcdefABCDEF0123456789";
+        let mut keys = vec![String::new(), hex.to_owned(), format!("{MAC_SUFFIX}{hex}")];
+        for id in ["d-1", "é", "a#mac:", "#mac:#mac:", "ü#mac:"] {
+            keys.push(format!("{id}{MAC_SUFFIX}{hex}"));
+            keys.push(format!("{id}{MAC_SUFFIX}{}", &hex[1..]));
+            keys.push(format!("{id}{MAC_SUFFIX}{hex}0"));
+            keys.push(format!("{id}{MAC_SUFFIX}{}g", &hex[1..]));
+            keys.push(format!("{id}{MAC_SUFFIX}{hex}{MAC_SUFFIX}{hex}"));
+            keys.push(format!("{id}{MAC_SUFFIX}{}é", &hex[2..]));
+            keys.push(id.to_owned());
+        }
+        for key in &keys {
+            let searched = key.rsplit_once(MAC_SUFFIX).filter(|(_, tail)| {
+                tail.len() == MAC_HEX_LEN && tail.bytes().all(|b| b.is_ascii_hexdigit())
+            });
+            assert_eq!(split_key(key), searched, "{key:?}");
+        }
     }
 
     #[test]
