@@ -59,7 +59,7 @@ struct Case {
 fn hmac_case(body: &[u8]) -> Case {
     let mut mac = Hmac::<Sha256>::new_from_slice(b"bench-secret").expect("any key length");
     mac.update(body);
-    let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let signature = format!("sha256={}", const_hex::encode(mac.finalize().into_bytes()));
     Case {
         name: "HMAC-SHA256 (github)",
         verifier: Verifier::new(
@@ -83,7 +83,10 @@ fn ed25519_case(body: &[u8], now: SystemTime) -> Case {
             vec![pair.public_key().as_ref().to_vec()],
         ),
         headers: headers(&[
-            ("x-signature-ed25519", &hex::encode(signature.as_ref())),
+            (
+                "x-signature-ed25519",
+                &const_hex::encode(signature.as_ref()),
+            ),
             ("x-signature-timestamp", &timestamp),
         ]),
     }

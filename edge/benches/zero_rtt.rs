@@ -124,7 +124,7 @@ fn request(id: &str) -> Vec<u8> {
     let body = format!(r#"{{"zen":"fast","id":"{id}"}}"#);
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
     mac.update(body.as_bytes());
-    let signature = hex::encode(mac.finalize().into_bytes());
+    let signature = const_hex::encode(mac.finalize().into_bytes());
     format!(
         "POST /hooks/github HTTP/1.1\r\nHost: localhost\r\nX-GitHub-Event: push\r\n\
          X-GitHub-Delivery: {id}\r\nX-Hub-Signature-256: sha256={signature}\r\n\

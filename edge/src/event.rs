@@ -79,7 +79,7 @@ pub fn event_id(
     if source.is_signed() {
         Ok(id)
     } else {
-        let mac = hex::encode(&mac[..mac.len().min(MAC_HEX_LEN / 2)]);
+        let mac = const_hex::encode(&mac[..mac.len().min(MAC_HEX_LEN / 2)]);
         Ok(format!("{id}{MAC_SUFFIX}{mac}"))
     }
 }
@@ -118,7 +118,7 @@ pub fn origin_key(route: &str, key: &str) -> String {
         .chain_update(route.as_bytes())
         .chain_update(key.as_bytes())
         .finalize();
-    format!("{ORIGIN_KEY_PREFIX}{}", hex::encode(&digest[..16]))
+    format!("{ORIGIN_KEY_PREFIX}{}", const_hex::encode(&digest[..16]))
 }
 
 /// What every route-scoped origin key starts with (a version, should the scheme change).
@@ -244,7 +244,7 @@ fn body_field(body: &[u8], pointer: &str) -> Option<String> {
 }
 
 fn body_digest(body: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(body)))
+    format!("sha256:{}", const_hex::encode(Sha256::digest(body)))
 }
 
 /// Between an unsigned id and its signature in a key.
@@ -373,7 +373,10 @@ mod tests {
     fn mac_of_key_is_the_signature_beside_an_unsigned_id() {
         let h = headers(&[("x-github-delivery", "d-1")]);
         let key = event_id(Provider::Github, None, &h, b"{}", MAC).unwrap();
-        assert_eq!(mac_of_key(&key), Some(hex::encode(&MAC[..16]).as_str()));
+        assert_eq!(
+            mac_of_key(&key),
+            Some(const_hex::encode(&MAC[..16]).as_str())
+        );
         assert_eq!(mac_of_key("evt_1"), None);
         assert_eq!(mac_of_key("d#mac:nothex"), None);
     }

@@ -110,7 +110,7 @@ async fn a_malformed_candidate_beside_a_valid_one_is_skipped() {
         .post(edge.url("/hooks/stripe"))
         .header(
             "Stripe-Signature",
-            format!("t={t},v1=deadbeef,v1={}", hex::encode(mac)),
+            format!("t={t},v1=deadbeef,v1={}", const_hex::encode(mac)),
         )
         .body(body.to_vec());
     assert_eq!(stripe.send().await.unwrap().status(), 202);
@@ -1042,7 +1042,7 @@ fn stripe_signed(
         .map(|s| {
             format!(
                 "v1={}",
-                hex::encode(hmac_sha256(
+                const_hex::encode(hmac_sha256(
                     s.as_bytes(),
                     &[format!("{t}.").as_bytes(), body]
                 ))

@@ -20,15 +20,14 @@ pub(super) fn read_head(
 ) -> Result<SignedHead, VerifyError> {
     let signatures = Signatures::ed25519(SIGNATURE_HEADER);
     timestamp_and_body(headers, signatures, TIMESTAMP_HEADER, tolerance, |value| {
-        hex::decode(value).ok()
+        super::hex_bytes(value)
     })
 }
 
 /// A route's key: the application's Ed25519 public key, as the developer portal shows it
 /// (hex), or as a PEM `PUBLIC KEY`.
 pub fn decode_public_key(key: &str) -> Option<Vec<u8>> {
-    hex::decode(key.trim())
-        .ok()
+    super::hex_bytes(key.trim())
         .or_else(|| super::public_key::ed25519_from_pem(key))
         .filter(|key| key.len() == PUBLIC_KEY_LEN && ParsedPublicKey::new(&ED25519, key).is_ok())
 }
@@ -70,7 +69,7 @@ mod tests {
         now: u64,
     ) -> Result<usize, VerifyError> {
         let message = [signed_ts.as_bytes(), signed_body].concat();
-        let signature = hex::encode(pair.sign(&message).as_ref());
+        let signature = const_hex::encode(pair.sign(&message).as_ref());
         let keys = vec![
             key_pair(9).public_key().as_ref().to_vec(),
             key_pair(1).public_key().as_ref().to_vec(),

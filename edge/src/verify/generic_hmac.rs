@@ -326,7 +326,7 @@ fn body_signature(header: &'static str, digest: Digest, prefix: &str) -> HmacSpe
 
 fn decode(encoding: Encoding, encoded: &str) -> Option<Vec<u8>> {
     match encoding {
-        Encoding::Hex => hex::decode(encoded).ok(),
+        Encoding::Hex => super::hex_bytes(encoded),
         Encoding::Base64 => BASE64.decode(encoded).ok(),
     }
 }
@@ -389,7 +389,7 @@ mod tests {
     fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
         mac.update(message);
-        hex::encode(mac.finalize().into_bytes())
+        const_hex::encode(mac.finalize().into_bytes())
     }
 
     // RFC 4231 test case 2 and RFC 2202 test case 2: key "Jefe", data "what do ya want
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn base64_encoding() {
         let s = spec(Digest::Sha256, Encoding::Base64, "");
-        let b64 = BASE64.encode(hex::decode(RFC_SHA256).unwrap());
+        let b64 = BASE64.encode(const_hex::decode(RFC_SHA256).unwrap());
         let h = headers(&[("x-signature", &b64)]);
         assert_eq!(verify(&s, &[RFC_KEY], &h, RFC_DATA), Ok(()));
         assert_eq!(
@@ -677,7 +677,7 @@ mod tests {
             let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
             mac.update(format!("{t}.").as_bytes());
             mac.update(body);
-            hex::encode(mac.finalize().into_bytes())
+            const_hex::encode(mac.finalize().into_bytes())
         }
 
         fn at(secs: u64) -> SystemTime {

@@ -25,7 +25,7 @@ pub(super) fn read_body(body: &[u8], tolerance: Duration) -> Result<SignedHead, 
     };
     let prefix = [signed.timestamp.as_bytes(), signed.token.as_bytes()].concat();
     signatures
-        .push(hex::decode(signed.signature.trim()).ok())
+        .push(super::hex_bytes(signed.signature.trim()))
         .and_then(|()| signatures.into_head(prefix, Some(timestamp)))
         .map_err(|error| match error {
             VerifyError::MalformedHeader(field) => VerifyError::MalformedBody(field),
@@ -63,7 +63,7 @@ mod tests {
     fn body(key: &[u8], timestamp: &str, token: &str, event: &str) -> Vec<u8> {
         let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap();
         mac.update(format!("{timestamp}{token}").as_bytes());
-        let signature = hex::encode(mac.finalize().into_bytes());
+        let signature = const_hex::encode(mac.finalize().into_bytes());
         format!(
             r#"{{"signature":{{"timestamp":"{timestamp}","token":"{token}","signature":"{signature}"}},"event-data":{event}}}"#
         )

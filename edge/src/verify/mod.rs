@@ -261,7 +261,7 @@ impl Verifier {
                 let encrypted = self.sign_with(verified.key(), plain.as_bytes())?;
                 Some(ChallengeAnswer::json(&serde_json::json!({
                     "plainToken": plain,
-                    "encryptedToken": hex::encode(encrypted),
+                    "encryptedToken": const_hex::encode(encrypted),
                 })))
             }
             Provider::Discord => discord::is_ping(body).then(ChallengeAnswer::no_content),
@@ -422,6 +422,15 @@ impl Verification {
         }
         Ok(Verified { mac, key })
     }
+}
+
+/// Hex digits as bytes, strictly: `const_hex::decode` also takes a `0x` prefix, which
+/// no provider sends and a signature header must not gain.
+fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+    if !const_hex::check_raw(text) {
+        return None;
+    }
+    const_hex::decode(text).ok()
 }
 
 /// Which secret's MAC is one of `signatures`, and that MAC.
@@ -585,13 +594,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hex_is_read_strictly() {
+        assert_eq!(hex_bytes("00aBff"), Some(vec![0, 0xab, 0xff]));
+        assert_eq!(hex_bytes(""), Some(Vec::new()));
+        for refused in ["0x00ab", "0X00ab", "abc", "zz", " 00", "00 ", "é0"] {
+            assert_eq!(hex_bytes(refused), None, "{refused:?}");
+        }
+    }
+
+    #[test]
     fn a_body_fed_in_chunks_verifies_like_the_whole() {
         let secret = b"chunked".to_vec();
         let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         let mut mac = Hmac::<Sha256>::new_from_slice(&secret).unwrap();
         mac.update(&body);
         let signature_bytes = mac.finalize().into_bytes().to_vec();
-        let signature = format!("sha256={}", hex::encode(&signature_bytes));
+        let signature = format!("sha256={}", const_hex::encode(&signature_bytes));
         let verifier = Verifier::new(github(), vec![secret]);
         for chunk_len in [1, 7, 16_384, body.len()] {
             let mut verification = verifier

@@ -41,7 +41,7 @@ mod tests {
     #[test]
     fn rfc_8410s_example_key_reads_as_its_raw_bytes() {
         assert_eq!(
-            ed25519_from_pem(RFC_8410).map(hex::encode).as_deref(),
+            ed25519_from_pem(RFC_8410).map(const_hex::encode).as_deref(),
             Some("19bf44096984cdfe8541bac167dc3b96c85086aa30b6b6cb0c5c38ad703166e1")
         );
     }

@@ -72,7 +72,7 @@ impl Head {
         let params = match &self.body_sha256 {
             Some(expected) => {
                 // The body is not a form: its digest, in the signed URL, covers it.
-                if hex::encode(Sha256::digest(body)) != *expected {
+                if const_hex::encode(Sha256::digest(body)) != *expected {
                     return Err(VerifyError::Mismatch);
                 }
                 Vec::new()
@@ -217,7 +217,7 @@ mod tests {
         let body = br#"{"event":"delivered"}"#;
         let url = format!(
             "https://hooks.example.com/twilio?bodySHA256={}",
-            hex::encode(Sha256::digest(body))
+            const_hex::encode(Sha256::digest(body))
         );
         let header = sign(Digest::Sha1, &url, "");
         let pairs = [("X-Twilio-Signature", header.as_str())];

@@ -49,7 +49,7 @@ mod tests {
         let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
         mac.update(format!("v0:{ts}:").as_bytes());
         mac.update(body);
-        format!("v0={}", hex::encode(mac.finalize().into_bytes()))
+        format!("v0={}", const_hex::encode(mac.finalize().into_bytes()))
     }
 
     fn verify(signature: &str, body: &[u8], now: u64) -> Result<usize, VerifyError> {

@@ -152,7 +152,7 @@ pub fn github_signature(secret: &str, body: &str) -> String {
     let mut mac =
         hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
     mac.update(body.as_bytes());
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    format!("sha256={}", const_hex::encode(mac.finalize().into_bytes()))
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {

@@ -445,7 +445,7 @@ pub fn hmac_sha256(secret: &[u8], parts: &[&[u8]]) -> Vec<u8> {
 pub fn github_signature(secret: &str, body: &[u8]) -> String {
     format!(
         "sha256={}",
-        hex::encode(hmac_sha256(secret.as_bytes(), &[body]))
+        const_hex::encode(hmac_sha256(secret.as_bytes(), &[body]))
     )
 }
 
@@ -520,7 +520,7 @@ impl SignedBody {
         let tail = format!(r#"{delivery}"}}"#);
         let mut mac = self.mac.clone();
         mac.update(tail.as_bytes());
-        let signature = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        let signature = format!("sha256={}", const_hex::encode(mac.finalize().into_bytes()));
         let mut body = Vec::with_capacity(self.head.len() + tail.len());
         body.extend_from_slice(&self.head);
         body.extend_from_slice(tail.as_bytes());
