@@ -173,9 +173,12 @@ impl Printer {
     }
 }
 
-/// The signature beside an unsigned id in `key`, as a number.
+/// The signature beside an unsigned id in `key`, as a number (`mac_of_key` has checked
+/// its 32 hex digits; decoding them as bytes is several times faster than by radix).
 fn mac_bits(key: &str) -> Option<u128> {
-    u128::from_str_radix(mac_of_key(key)?, 16).ok()
+    const_hex::decode_to_array(mac_of_key(key)?)
+        .ok()
+        .map(u128::from_be_bytes)
 }
 
 #[cfg(test)]
@@ -194,6 +197,16 @@ mod tests {
         fn replay_of(&self, key: &str) -> Option<u64> {
             self.look_up(key).replay_of
         }
+    }
+
+    #[test]
+    fn a_signature_reads_as_its_number() {
+        let mac = "0123456789abcdefFEDCBA9876543210";
+        assert_eq!(
+            mac_bits(&format!("d-1#mac:{mac}")),
+            u128::from_str_radix(mac, 16).ok()
+        );
+        assert_eq!(mac_bits("evt_1"), None);
     }
 
     #[test]
