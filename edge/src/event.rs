@@ -79,8 +79,12 @@ pub fn event_id(
     if source.is_signed() {
         Ok(id)
     } else {
-        let mac = const_hex::encode(&mac[..mac.len().min(MAC_HEX_LEN / 2)]);
-        Ok(format!("{id}{MAC_SUFFIX}{mac}"))
+        let mac = &mac[..mac.len().min(MAC_HEX_LEN / 2)];
+        let mut key = id;
+        key.reserve_exact(MAC_SUFFIX.len() + 2 * mac.len());
+        key.push_str(MAC_SUFFIX);
+        key.push_str(&const_hex::encode(mac));
+        Ok(key)
     }
 }
 
