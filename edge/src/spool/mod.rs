@@ -805,6 +805,62 @@ mod tests {
     /// With preallocation (the default) the writer moves onto zero-filled segments made
     /// ahead: appends overwrite the zeros, a sealed segment ends at its last record, and
     /// the reader and a reopen see every record once, nothing cut.
+    /// Each sealed segment leaves the page cache at the roll after the one that sealed
+    /// it; the newest sealed segment, which the backhaul may still be reading, stays.
+    #[tokio::test]
+    async fn segments_sealed_two_rolls_ago_leave_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = SpoolMetrics::register(&mut Default::default());
+        let settings = SpoolSettings {
+            segment_bytes: 8 * PAGE,
+            ..settings(dir.path())
+        };
+        let (spool, _) = open_with(&settings, metrics.clone());
+        let mut appended = 0;
+        while rolls(&metrics, "preallocated") < 4 && appended < 2000 {
+            appended += 1;
+            let stored = spool.append(event(&format!("c{appended}"), 1000)).await;
+            assert_eq!(stored, Ok(Appended::Stored { seq: appended }));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let files = segment_files(dir.path());
+        let resident: Vec<u64> = files.iter().map(|f| resident_bytes(f)).collect();
+        let [released @ .., newest_sealed, active] = &resident[..] else {
+            panic!("{appended} appends made {} segments", files.len());
+        };
+        // Sealing cuts the segment's last page, which leaves that page dirty until the
+        // kernel writes it back: only it may stay.
+        assert!(
+            released.len() >= 2 && released.iter().all(|&r| r <= PAGE),
+            "{resident:?}"
+        );
+        let sealed_len = std::fs::metadata(&files[files.len() - 2]).unwrap().len();
+        assert!(
+            *newest_sealed >= sealed_len - PAGE && *active > 0,
+            "{resident:?}"
+        );
+        let read = spool.reader().read_batch(5000).unwrap();
+        assert_eq!(
+            read.records.len() as u64,
+            appended,
+            "read back from the disk"
+        );
+        spool.close().await;
+    }
+
+    const PAGE: u64 = 4096;
+
+    /// Bytes of `path` in the page cache, as util-linux's `fincore` counts them.
+    fn resident_bytes(path: &std::path::Path) -> u64 {
+        let out = std::process::Command::new("fincore")
+            .args(["--bytes", "--noheadings", "--output", "RES"])
+            .arg(path)
+            .output()
+            .expect("fincore (util-linux) runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
     #[tokio::test]
     async fn appends_go_into_preallocated_segments_and_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();

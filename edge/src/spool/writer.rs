@@ -27,7 +27,7 @@ use super::metrics::SpoolMetrics;
 use super::recent_ids::{KeyPrint, Lookup, RecentIds};
 use super::record::{RecordView, SegmentFormat};
 use super::recovery::Recovered;
-use super::rotation::{SegmentMeta, create_segment, remove_delivered};
+use super::rotation::{SegmentMeta, create_segment, release_cached, remove_delivered};
 use super::segments::segment_path;
 use super::shared::Shared;
 use super::spare::{self, Spare};
@@ -571,6 +571,9 @@ impl Writer {
         );
         self.shared
             .set_durable_end(first_seq, format.header_len() as u64);
+        if let Some(&older) = self.segments.keys().rev().nth(2) {
+            release_cached(&self.dir, older);
+        }
         if !self.retain_delivered.is_zero() {
             // Undelivered events grew by a segment: retained ones may have to make room.
             self.prune_retained();
