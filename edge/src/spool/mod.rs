@@ -816,13 +816,7 @@ mod tests {
             ..settings(dir.path())
         };
         let (spool, _) = open_with(&settings, metrics.clone());
-        let mut appended = 0;
-        while rolls(&metrics, "preallocated") < 4 && appended < 2000 {
-            appended += 1;
-            let stored = spool.append(event(&format!("c{appended}"), 1000)).await;
-            assert_eq!(stored, Ok(Appended::Stored { seq: appended }));
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        let appended = append_until_preallocated_rolls(&spool, &metrics, 4, 1000).await;
         let files = segment_files(dir.path());
         let resident: Vec<u64> = files.iter().map(|f| resident_bytes(f)).collect();
         let [released @ .., newest_sealed, active] = &resident[..] else {
@@ -850,6 +844,25 @@ mod tests {
 
     const PAGE: u64 = 4096;
 
+    /// Appends events of `body_len` until the writer has rolled onto `count` spares (at
+    /// most 2,000); how many were appended, each stored in turn.
+    async fn append_until_preallocated_rolls(
+        spool: &Spool,
+        metrics: &SpoolMetrics,
+        count: u64,
+        body_len: usize,
+    ) -> u64 {
+        let mut appended = 0;
+        while rolls(metrics, "preallocated") < count && appended < 2000 {
+            appended += 1;
+            let stored = spool.append(event(&format!("e{appended}"), body_len)).await;
+            assert_eq!(stored, Ok(Appended::Stored { seq: appended }));
+            // Room for the spare's thread on a single-threaded test runtime.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        appended
+    }
+
     /// Bytes of `path` in the page cache, as util-linux's `fincore` counts them.
     fn resident_bytes(path: &std::path::Path) -> u64 {
         let out = std::process::Command::new("fincore")
@@ -867,14 +880,7 @@ mod tests {
         let settings = settings(dir.path());
         let metrics = SpoolMetrics::register(&mut Default::default());
         let (spool, _) = open_with(&settings, metrics.clone());
-        let mut appended = 0;
-        while rolls(&metrics, "preallocated") < 3 && appended < 2000 {
-            appended += 1;
-            let stored = spool.append(event(&format!("p{appended}"), 300)).await;
-            assert_eq!(stored, Ok(Appended::Stored { seq: appended }));
-            // Room for the spare's thread on a single-threaded test runtime.
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        let appended = append_until_preallocated_rolls(&spool, &metrics, 3, 300).await;
         assert!(rolls(&metrics, "preallocated") >= 3, "{appended} appends");
         let extents = segment_extents(dir.path());
         let (active, sealed) = extents.split_last().unwrap();
